@@ -1,0 +1,59 @@
+"""funnel's exception tree. Foreign errors are converted at the boundary, once."""
+
+from __future__ import annotations
+
+
+class FunnelError(Exception):
+    """Base of every error funnel raises on purpose. Its message is meant for the user, in one line."""
+
+    exit_code = 1
+
+
+class ConfigError(FunnelError):
+    """A setting, flag or argument is invalid."""
+
+    exit_code = 2
+
+
+class BackendUnavailable(FunnelError):
+    """A backend cannot be used here: a missing optional dependency or model file."""
+
+    exit_code = 3
+
+
+class IngestError(FunnelError):
+    """One source could not be loaded. Ingest reports it and goes on with the rest."""
+
+    exit_code = 4
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class StoreError(FunnelError):
+    """The index is missing, locked or unreadable."""
+
+    exit_code = 5
+
+
+class UpstreamError(FunnelError):
+    """A remote or model backend failed while serving a request."""
+
+    exit_code = 6
+
+    def __init__(self, stage: str, detail: str):
+        super().__init__(f"{stage}: {detail}")
+        self.stage = stage
+        self.detail = detail
+
+
+class UpstreamTimeout(UpstreamError):
+    def __init__(self, stage: str, detail: str):
+        super().__init__(stage, f"timed out ({detail})")
+
+
+def missing_extra(what: str, package: str, extra: str) -> BackendUnavailable:
+    """The error for an optional dependency that is not installed, with the fix in the message."""
+    return BackendUnavailable(f"{what} needs {package}: pip install 'funnel[{extra}]'")

@@ -1,0 +1,142 @@
+"""How reranker scores and the first-stage order combine into the final order — and the fallback.
+
+- `none`: first-stage order.
+- `replace`: reranker order.
+- `guaranteed_slots`: the best chunk of each of the first-stage top-g documents keeps its place at the
+  top; the reranker orders everything else (seed 001: a table row that hybrid ranks #1 survives a
+  cross-encoder that scores it lowest).
+- `rrf`: reciprocal-rank fusion of the first-stage rank and the reranker rank.
+
+On any reranker failure the result is the first-stage order, unchanged, with status FALLBACK and the
+reason: the fallback never re-scores or re-fuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from enum import Enum
+
+from funnel.config import parse_enum
+from funnel.rerank.base import Reranker
+from funnel.retrieve.fusion import rrf
+from funnel.types import Candidate, Hit, RerankResult, RerankStatus
+
+log = logging.getLogger(__name__)
+
+
+class RerankPolicy(str, Enum):
+    NONE = "none"
+    REPLACE = "replace"
+    GUARANTEED_SLOTS = "guaranteed_slots"
+    RRF = "rrf"
+
+    @classmethod
+    def parse(cls, value: str | RerankPolicy) -> RerankPolicy:
+        return parse_enum(cls, value, "rerank policy")
+
+
+@dataclass(frozen=True)
+class SecondStageResult:
+    hits: list[Hit]
+    status: RerankStatus
+    reason: str = ""
+    truncated: tuple[int, ...] = ()
+
+
+# Rerankers run here so a hung backend can be abandoned after its timeout.
+_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="funnel-rerank")
+
+
+def second_stage(
+    query: str,
+    candidates: list[Candidate],
+    reranker: Reranker | None,
+    policy: RerankPolicy,
+    guaranteed: int = 2,
+    rrf_k: float = 60.0,
+    timeout_s: float | None = 30.0,
+) -> SecondStageResult:
+    if policy is RerankPolicy.NONE or reranker is None or not candidates:
+        reason = "policy none" if policy is RerankPolicy.NONE else "no reranker configured"
+        return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
+    started = time.perf_counter()
+    try:
+        result = _executor.submit(reranker.rerank, query, candidates).result(timeout=timeout_s)
+        scores = _validated(result, len(candidates))
+    except FutureTimeout:
+        return _fallback(candidates, f"{reranker.name} timed out after {timeout_s:g}s")
+    except Exception as e:  # any backend failure: keep the first stage, say why
+        return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
+    log.debug("rerank %d candidates in %.1f ms", len(candidates), 1000 * (time.perf_counter() - started))
+    hits = _apply(policy, candidates, scores, guaranteed, rrf_k)
+    return SecondStageResult(hits, RerankStatus.OK, truncated=result.truncated)
+
+
+def identity(candidates: list[Candidate]) -> list[Hit]:
+    """First-stage order, untouched."""
+    return [Hit(c, final_rank=i, final_score=c.fused_score) for i, c in enumerate(candidates, start=1)]
+
+
+def _fallback(candidates: list[Candidate], reason: str) -> SecondStageResult:
+    log.warning("rerank fallback to first-stage order: %s", reason)
+    return SecondStageResult(identity(candidates), RerankStatus.FALLBACK, reason)
+
+
+def _validated(result: RerankResult, n: int) -> list[float]:
+    if not isinstance(result, RerankResult):
+        raise TypeError(f"reranker returned {type(result).__name__}, not RerankResult")
+    if len(result.scores) != n:
+        raise ValueError(f"{len(result.scores)} scores for {n} candidates")
+    scores = [float(s) for s in result.scores]
+    if any(math.isnan(s) or math.isinf(s) for s in scores):
+        raise ValueError("non-finite score")
+    return scores
+
+
+def _apply(
+    policy: RerankPolicy, candidates: list[Candidate], scores: list[float], guaranteed: int, rrf_k: float
+) -> list[Hit]:
+    by_score = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+    rerank_rank = {i: r for r, i in enumerate(by_score, start=1)}
+
+    kept: set[int] = set()
+    if policy is RerankPolicy.REPLACE:
+        order = by_score
+        final = {i: scores[i] for i in order}
+    elif policy is RerankPolicy.GUARANTEED_SLOTS:
+        kept = _first_stage_top_documents(candidates, guaranteed)
+        order = sorted(kept) + [i for i in by_score if i not in kept]
+        final = {i: scores[i] for i in order}
+    elif policy is RerankPolicy.RRF:
+        fused = rrf([list(range(len(candidates))), by_score], k=rrf_k)
+        order = [i for i, _ in fused]
+        final = dict(fused)
+    else:  # pragma: no cover - NONE never reaches here
+        raise AssertionError(policy)
+
+    return [
+        Hit(
+            candidates[i],
+            final_rank=rank,
+            final_score=final[i],
+            rerank_score=scores[i],
+            rerank_rank=rerank_rank[i],
+            guaranteed=i in kept,
+        )
+        for rank, i in enumerate(order, start=1)
+    ]
+
+
+def _first_stage_top_documents(candidates: list[Candidate], g: int) -> set[int]:
+    """Indices of the best-ranked chunk of each of the first g distinct documents (first-stage order)."""
+    kept: dict[str, int] = {}
+    for i, c in enumerate(candidates):
+        if len(kept) >= g:
+            break
+        kept.setdefault(c.chunk.doc_id, i)
+    return set(kept.values())

@@ -1,0 +1,1 @@
+"""First stage: dense and lexical retrieval, fused."""

@@ -1,0 +1,74 @@
+"""The first stage: dense top-N and BM25 top-N over the store, fused into over-fetched candidates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from funnel.embed.base import Embedder
+from funnel.config import parse_enum
+from funnel.index.base import Filter, ScoredChunk, Store
+from funnel.retrieve.fusion import rrf
+from funnel.types import Candidate
+
+
+class Retrieval(str, Enum):
+    HYBRID = "hybrid"
+    BM25 = "bm25"
+    DENSE = "dense"
+
+    @classmethod
+    def parse(cls, value: str | Retrieval) -> Retrieval:
+        return parse_enum(cls, value, "retrieval")
+
+
+@dataclass(frozen=True)
+class FirstStageConfig:
+    retrieval: Retrieval = Retrieval.HYBRID
+    per_retriever: int = 50  # N from each of dense and BM25
+    rrf_k: float = 60.0
+    bm25_weight: float = 1.0
+    dense_weight: float = 1.0
+
+
+def first_stage(
+    store: Store,
+    embedder: Embedder,
+    query: str,
+    n_candidates: int,
+    config: FirstStageConfig,
+    filter: Filter | None = None,
+) -> list[Candidate]:
+    """Candidates in first-stage order, each carrying its BM25, dense and fused rank and score."""
+    n = max(config.per_retriever, n_candidates)
+    lexical: list[ScoredChunk] = []
+    dense: list[ScoredChunk] = []
+    if config.retrieval in (Retrieval.HYBRID, Retrieval.BM25):
+        lexical = store.search_lexical(query, n, filter)
+    if config.retrieval in (Retrieval.HYBRID, Retrieval.DENSE):
+        dense = store.search_dense(embedder.embed([query])[0], n, filter)
+
+    by_id = {s.chunk.chunk_id: s.chunk for s in lexical + dense}
+    bm25_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(lexical, start=1)}
+    dense_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(dense, start=1)}
+    fused = rrf(
+        [list(bm25_rank), list(dense_rank)],
+        k=config.rrf_k,
+        weights=[config.bm25_weight, config.dense_weight],
+    )
+    candidates = []
+    for rank, (chunk_id, score) in enumerate(fused[:n_candidates], start=1):
+        b = bm25_rank.get(chunk_id, (None, None))
+        d = dense_rank.get(chunk_id, (None, None))
+        candidates.append(
+            Candidate(
+                chunk=by_id[chunk_id],
+                fused_rank=rank,
+                fused_score=score,
+                bm25_rank=b[0],
+                bm25_score=b[1],
+                dense_rank=d[0],
+                dense_score=d[1],
+            )
+        )
+    return candidates

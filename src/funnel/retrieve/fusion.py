@@ -1,0 +1,28 @@
+"""Reciprocal Rank Fusion (Cormack, Clarke & Buettcher, SIGIR 2009).
+
+score(d) = sum over rankings r of  w_r / (k + rank_r(d)),  ranks 1-based; a ranking that did not
+return d contributes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+
+def rrf(
+    rankings: Sequence[Sequence[Hashable]],
+    k: float = 60.0,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[Hashable, float]]:
+    """Fuse ranked id lists. Returns (id, score) best first; ties keep first-seen order (stable)."""
+    if k <= 0:
+        raise ValueError(f"RRF k must be positive, got {k}")
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    scores: dict[Hashable, float] = {}
+    for ranking, weight in zip(rankings, weights):
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda kv: -kv[1])

@@ -1,0 +1,171 @@
+"""Frozen dataclasses that travel between the stages of the pipeline.
+
+Every stage takes and returns these; no dicts with magic keys cross a stage boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class SectionKind(str, Enum):
+    """What a loaded span of text is, so the chunker knows what it may split."""
+
+    PROSE = "prose"
+    TABLE = "table"  # one "Header: value | Header: value" row per line; rows are never split
+    CODE = "code"
+
+
+@dataclass(frozen=True)
+class Section:
+    """A span of a source document as a loader found it, with its location."""
+
+    text: str
+    kind: SectionKind = SectionKind.PROSE
+    page: int | None = None  # 1-based, PDFs only
+    line_start: int | None = None  # 1-based, inclusive
+    line_end: int | None = None
+    heading: str | None = None  # Markdown heading path, or the code symbol defined here
+
+
+@dataclass(frozen=True)
+class Document:
+    """A source file (or dataset record) identified by a stable id."""
+
+    doc_id: str
+    path: str
+    title: str
+    kind: str  # "pdf" | "markdown" | "text" | "code" | "record"
+    content_hash: str
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    document: Document
+    sections: tuple[Section, ...]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The unit that is embedded, indexed and retrieved."""
+
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    text: str
+    path: str
+    title: str
+    kind: str
+    n_tokens: int
+    language: str | None = None
+    heading: str | None = None
+    page: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    section_kind: SectionKind = SectionKind.PROSE
+    content_hash: str = ""
+
+    @property
+    def location(self) -> str:
+        """Human-readable place of this chunk inside its document."""
+        if self.page is not None:
+            return f"p.{self.page}"
+        if self.line_start is not None:
+            return f"L{self.line_start}-{self.line_end}"
+        return f"#{self.ordinal}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk as the first stage ranked it. Ranks are 1-based; None = not returned by that retriever."""
+
+    chunk: Chunk
+    fused_rank: int
+    fused_score: float
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None
+
+
+class RerankStatus(str, Enum):
+    OK = "ok"
+    SKIPPED = "skipped"  # policy "none" or no reranker configured
+    FALLBACK = "fallback"  # the reranker failed; first-stage order returned unchanged
+
+
+@dataclass(frozen=True)
+class RerankResult:
+    """What a reranker returns: one score per candidate, in the order the candidates were given."""
+
+    scores: tuple[float, ...]
+    raw_scores: tuple[float, ...] | None = None
+    truncated: tuple[int, ...] = ()  # indices of candidates whose text was cut to fit the model
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A candidate after the second stage: its final rank and every stage's evidence."""
+
+    candidate: Candidate
+    final_rank: int
+    final_score: float
+    rerank_score: float | None = None
+    rerank_rank: int | None = None
+    guaranteed: bool = False  # kept by a guaranteed slot, whatever the reranker said
+
+    @property
+    def chunk(self) -> Chunk:
+        return self.candidate.chunk
+
+
+@dataclass(frozen=True)
+class DocumentHit:
+    """A document (file) after grouping: the final top-k counts these."""
+
+    doc_id: str
+    path: str
+    title: str
+    rank: int
+    score: float
+    hits: tuple[Hit, ...]  # this document's chunks, best first
+
+    @property
+    def best(self) -> Hit:
+        return self.hits[0]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    query: str
+    documents: tuple[DocumentHit, ...]
+    hits: tuple[Hit, ...]  # every candidate in final order, for --explain
+    rerank_status: RerankStatus
+    rerank_reason: str = ""
+    policy: str = "none"
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Citation:
+    number: int
+    chunk_id: str
+    doc_id: str
+    path: str
+    title: str
+    location: str
+    text: str  # the cited passage (sentence or row)
+    page: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    text: str
+    citations: tuple[Citation, ...]
+    generator: str  # which backend answered, e.g. "extractive"
+    search: SearchResult | None = None

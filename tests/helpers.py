@@ -1,0 +1,54 @@
+"""Small builders shared by tests."""
+
+from __future__ import annotations
+
+from funnel.types import Candidate, Chunk, RerankResult
+
+
+def chunk(doc_id: str, ordinal: int = 0, text: str = "", **kw) -> Chunk:
+    return Chunk(
+        chunk_id=f"{doc_id}#{ordinal}",
+        doc_id=doc_id,
+        ordinal=ordinal,
+        text=text or f"text of {doc_id} {ordinal}",
+        path=kw.pop("path", doc_id),
+        title=kw.pop("title", doc_id),
+        kind=kw.pop("kind", "text"),
+        n_tokens=kw.pop("n_tokens", 5),
+        content_hash=kw.pop("content_hash", "h-" + doc_id),
+        **kw,
+    )
+
+
+def candidates(doc_ids: list[str]) -> list[Candidate]:
+    """Candidates in first-stage order; a repeated doc id becomes that document's next chunk."""
+    seen: dict[str, int] = {}
+    out = []
+    for rank, doc_id in enumerate(doc_ids, start=1):
+        ordinal = seen.get(doc_id, 0)
+        seen[doc_id] = ordinal + 1
+        out.append(Candidate(chunk(doc_id, ordinal), fused_rank=rank, fused_score=1.0 / (60 + rank)))
+    return out
+
+
+class ScriptedReranker:
+    """A reranker whose scores are given per doc id: lets a test say exactly what the model thinks."""
+
+    def __init__(self, scores: dict[str, float], name: str = "scripted"):
+        self.scores = scores
+        self.name = name
+        self.calls = 0
+
+    def rerank(self, query, candidates):
+        self.calls += 1
+        return RerankResult(tuple(self.scores[c.chunk.doc_id] for c in candidates))
+
+
+class FailingReranker:
+    name = "failing"
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def rerank(self, query, candidates):
+        raise self.error

@@ -1,0 +1,131 @@
+import time
+
+import pytest
+
+from funnel.errors import ConfigError
+from funnel.group import group
+from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.types import RerankResult, RerankStatus
+
+from helpers import FailingReranker, ScriptedReranker, candidates
+
+
+def order(result):
+    return [h.chunk.doc_id for h in result.hits]
+
+
+def test_seed_001_table_row_survives_a_reranker_that_scores_it_lowest():
+    # Hybrid ranks the CEO table row #1; an MS MARCO-style cross-encoder scores it lowest.
+    cands = candidates(["ceo_row", "history", "employees", "culture", "office"])
+    reranker = ScriptedReranker(
+        {"ceo_row": -9.0, "history": 0.9, "employees": 0.1, "culture": 0.8, "office": 0.7}
+    )
+    replaced = second_stage("Who is the CEO of Zentara Robotics?", cands, reranker, RerankPolicy.REPLACE)
+    top3 = [d.doc_id for d in group(replaced.hits, k=3)]
+    assert "ceo_row" not in top3  # the seed 001 failure, reproduced
+
+    kept = second_stage(
+        "Who is the CEO of Zentara Robotics?", cands, reranker, RerankPolicy.GUARANTEED_SLOTS, guaranteed=2
+    )
+    top3 = [d.doc_id for d in group(kept.hits, k=3)]
+    assert top3 == ["ceo_row", "history", "culture"]  # 2 guaranteed + the reranker's best of the rest
+    assert [h.guaranteed for h in kept.hits[:3]] == [True, True, False]
+    assert kept.status is RerankStatus.OK
+
+
+def test_guaranteed_slots_count_documents_not_chunks():
+    cands = candidates(["a", "a", "b", "c"])
+    reranker = ScriptedReranker({"a": 0.0, "b": 0.0, "c": 1.0})
+    result = second_stage("q", cands, reranker, RerankPolicy.GUARANTEED_SLOTS, guaranteed=2)
+    assert [h.chunk.chunk_id for h in result.hits if h.guaranteed] == ["a#0", "b#0"]
+    assert order(result)[:3] == ["a", "b", "c"]
+
+
+def test_replace_orders_by_reranker_and_reports_ranks():
+    cands = candidates(["a", "b", "c"])
+    result = second_stage("q", cands, ScriptedReranker({"a": 0.1, "b": 0.5, "c": 0.9}), RerankPolicy.REPLACE)
+    assert order(result) == ["c", "b", "a"]
+    assert [h.rerank_rank for h in result.hits] == [1, 2, 3]
+    assert [h.final_rank for h in result.hits] == [1, 2, 3]
+    assert result.hits[0].candidate.fused_rank == 3
+
+
+def test_rrf_policy_fuses_first_stage_and_reranker_ranks():
+    cands = candidates(["a", "b", "c"])
+    result = second_stage("q", cands, ScriptedReranker({"a": 0.0, "b": 1.0, "c": 0.5}), RerankPolicy.RRF, rrf_k=60)
+    # a: 1/61 + 1/63, b: 1/62 + 1/61, c: 1/63 + 1/62
+    assert order(result) == ["b", "a", "c"]
+    assert result.hits[0].final_score == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_none_policy_skips_the_reranker():
+    reranker = ScriptedReranker({"a": 1.0, "b": 2.0})
+    result = second_stage("q", candidates(["a", "b"]), reranker, RerankPolicy.NONE)
+    assert order(result) == ["a", "b"] and reranker.calls == 0
+    assert result.status is RerankStatus.SKIPPED
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("model exploded"), ConnectionError("refused"), KeyError("index")]
+)
+@pytest.mark.parametrize("policy", [RerankPolicy.REPLACE, RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF])
+def test_fallback_is_identity_on_first_stage_order(error, policy):
+    cands = candidates(["a", "b", "c", "a", "d"])
+    result = second_stage("q", cands, FailingReranker(error), policy)
+    assert [h.candidate for h in result.hits] == cands
+    assert [h.final_rank for h in result.hits] == [1, 2, 3, 4, 5]
+    assert [h.final_score for h in result.hits] == [c.fused_score for c in cands]
+    assert all(h.rerank_score is None for h in result.hits)
+    assert result.status is RerankStatus.FALLBACK
+    assert type(error).__name__ in result.reason
+
+
+class _Malformed:
+    name = "malformed"
+
+    def __init__(self, result):
+        self.result = result
+
+    def rerank(self, query, candidates):
+        return self.result
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [RerankResult((0.1,)), RerankResult((0.1, float("nan"), 0.3)), {"scores": [1, 2, 3]}],
+    ids=["too-few", "nan", "not-a-result"],
+)
+def test_malformed_reranker_output_falls_back(bad):
+    cands = candidates(["a", "b", "c"])
+    result = second_stage("q", cands, _Malformed(bad), RerankPolicy.REPLACE)
+    assert result.status is RerankStatus.FALLBACK
+    assert order(result) == ["a", "b", "c"]
+
+
+def test_slow_reranker_times_out_to_first_stage_order():
+    class Slow:
+        name = "slow"
+
+        def rerank(self, query, candidates):
+            time.sleep(2)
+            return RerankResult(tuple(range(len(candidates))))
+
+    started = time.perf_counter()
+    result = second_stage("q", candidates(["a", "b"]), Slow(), RerankPolicy.REPLACE, timeout_s=0.2)
+    assert time.perf_counter() - started < 1.5
+    assert result.status is RerankStatus.FALLBACK and "timed out" in result.reason
+    assert order(result) == ["a", "b"]
+
+
+def test_unknown_policy_lists_valid_values():
+    with pytest.raises(ConfigError, match="guaranteed_slots"):
+        RerankPolicy.parse("smart_merge")
+
+
+def test_group_counts_documents_and_keeps_best_chunk_first():
+    cands = candidates(["a", "b", "a", "c", "b", "d"])
+    result = second_stage("q", cands, None, RerankPolicy.NONE)
+    docs = group(result.hits, k=3)
+    assert [d.doc_id for d in docs] == ["a", "b", "c"]
+    assert [h.chunk.ordinal for h in docs[0].hits] == [0, 1]
+    assert [d.rank for d in docs] == [1, 2, 3]
