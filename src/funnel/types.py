@@ -68,6 +68,12 @@ class Chunk:
     content_hash: str = ""
 
     @property
+    def context_line(self) -> str:
+        """The first line the chunker puts before the content (see `funnel.ingest.chunk.context_line`)."""
+        name = self.path if self.kind == "code" else self.title
+        return f"{name} > {self.heading}" if self.heading else name
+
+    @property
     def location(self) -> str:
         """Human-readable place of this chunk inside its document."""
         if self.page is not None:

@@ -1,0 +1,206 @@
+"""`funnel` command line. Errors become one line on stderr and an exit code; no tracebacks.
+
+Exit codes: 0 ok; 1 ingest finished but some sources were skipped; 2 bad argument or setting;
+3 backend unavailable; 5 index problem; 130 interrupted (the index is left as it was).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from funnel.apps.factory import build_pipeline
+from funnel.apps.settings import load_settings
+from funnel.errors import FunnelError
+from funnel.types import Answer, SearchResult
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="index directory [env FUNNEL_INDEX]")]
+EmbedderOpt = Annotated[Optional[str], typer.Option(help="minilm | minilm-fp32 | hashing | DIR | st:NAME")]
+KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
+PolicyOpt = Annotated[Optional[str], typer.Option(help="none | replace | guaranteed_slots | rrf")]
+RetrievalOpt = Annotated[Optional[str], typer.Option(help="hybrid | bm25 | dense")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _fail(e: FunnelError) -> None:
+    err.print(f"[red]error:[/red] {e}", highlight=False)
+    raise typer.Exit(e.exit_code)
+
+
+def _settings(**flags):
+    try:
+        return load_settings(**flags)
+    except FunnelError as e:
+        _fail(e)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details")] = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+) -> None:
+    """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index."""
+    settings = _settings(index=index, embedder=embedder)
+    try:
+        pipeline = build_pipeline(settings)
+        with Progress(
+            TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=err, transient=True, disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task("ingest", total=None)
+            report = pipeline.ingest(paths, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except KeyboardInterrupt:
+        err.print("interrupted: the index is unchanged")
+        raise typer.Exit(130) from None
+    except FunnelError as e:
+        _fail(e)
+    for problem in report.problems:
+        err.print(f"[yellow]skipped[/yellow] {problem}", highlight=False)
+    out.print(
+        f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+        f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "
+        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {settings.index}",
+        highlight=False,
+    )
+    if report.problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="what to look for")],
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    k: KOpt = None,
+    policy: PolicyOpt = None,
+    retrieval: RetrievalOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="every candidate's rank at every stage")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retrieve the top documents for a query."""
+    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, retrieval=retrieval)
+    try:
+        result = build_pipeline(settings).search(query)
+    except FunnelError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(_result_json(result)))
+        return
+    _print_documents(result)
+    if explain:
+        _print_explain(result)
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="a question about the ingested documents")],
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    k: KOpt = None,
+    policy: PolicyOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="show the retrieval behind the answer")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from the documents, with numbered citations."""
+    settings = _settings(index=index, embedder=embedder, k=k, policy=policy)
+    try:
+        answer = build_pipeline(settings).ask(question)
+    except FunnelError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(_answer_json(answer)))
+        return
+    _print_answer(answer)
+    if explain and answer.search is not None:
+        _print_explain(answer.search)
+
+
+def _print_documents(result: SearchResult) -> None:
+    if not result.documents:
+        out.print("no matching documents")
+    for doc in result.documents:
+        best = doc.best.chunk
+        out.print(f"[bold]{doc.rank}. {doc.path}[/bold] ({best.location})  score {doc.score:.4f}", highlight=False)
+        snippet = " ".join(best.text.split())
+        out.print(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}", highlight=False)
+    _print_status(result)
+
+
+def _print_status(result: SearchResult) -> None:
+    reason = f" ({result.rerank_reason})" if result.rerank_reason else ""
+    timing = ", ".join(f"{name} {ms:.0f} ms" for name, ms in result.timings_ms.items())
+    err.print(f"rerank: {result.rerank_status.value}{reason}; policy {result.policy}; {timing}", highlight=False)
+
+
+def _print_explain(result: SearchResult) -> None:
+    table = Table(title=f"candidates for {result.query!r}", title_justify="left")
+    for column in ("final", "bm25", "dense", "fused", "rerank score", "slot", "document", "where"):
+        table.add_column(column, justify="right" if column not in ("document", "where", "slot") else "left")
+    for hit in result.hits:
+        c = hit.candidate
+        table.add_row(
+            str(hit.final_rank),
+            str(c.bm25_rank or "-"),
+            str(c.dense_rank or "-"),
+            str(c.fused_rank),
+            "-" if hit.rerank_score is None else f"{hit.rerank_score:.3f}",
+            "guaranteed" if hit.guaranteed else "",
+            c.chunk.path,
+            c.chunk.location,
+        )
+    out.print(table)
+
+
+def _print_answer(answer: Answer) -> None:
+    out.print(f"[bold]Q:[/bold] {answer.question}", highlight=False)
+    out.print(answer.text, highlight=False)
+    out.print()
+    for c in answer.citations:
+        out.print(f"[{c.number}] {c.path} ({c.location})", highlight=False)
+    out.print(f"answered by: {answer.generator}", style="dim")
+    if answer.search is not None:
+        _print_status(answer.search)
+
+
+def _result_json(result: SearchResult) -> dict:
+    data = asdict(result)
+    data["rerank_status"] = result.rerank_status.value
+    return json.loads(json.dumps(data, default=str))
+
+
+def _answer_json(answer: Answer) -> dict:
+    return {
+        "question": answer.question,
+        "answer": answer.text,
+        "generator": answer.generator,
+        "citations": [asdict(c) for c in answer.citations],
+        "search": _result_json(answer.search) if answer.search else None,
+    }
+
+
+def run() -> None:
+    """Console entry point: a user mistake never ends in a traceback."""
+    try:
+        app()
+    except FunnelError as e:  # raised outside a command body (e.g. while building settings)
+        err.print(f"error: {e}", highlight=False)
+        sys.exit(e.exit_code)

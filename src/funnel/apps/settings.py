@@ -1,0 +1,57 @@
+"""Settings, read once at the edge: flags > FUNNEL_* environment > funnel.toml > defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from funnel.errors import ConfigError
+from funnel.rerank.policies import RerankPolicy
+from funnel.retrieve.first_stage import Retrieval
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml")
+
+    index: Path = Field(Path(".funnel"), description="index directory")
+    embedder: str = Field("minilm", description="minilm | minilm-fp32 | hashing | model dir | st:NAME")
+    threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
+    k: int = Field(5, ge=1, le=1000, description="documents returned")
+    candidates: int = Field(25, ge=1, le=1000, description="chunks handed to the second stage")
+    per_retriever: int = Field(50, ge=1, le=10000, description="top-N from each of dense and BM25")
+    retrieval: Retrieval = Retrieval.HYBRID
+    rrf_k: float = Field(60.0, gt=0)
+    bm25_weight: float = Field(1.0, ge=0)
+    dense_weight: float = Field(1.0, ge=0)
+    reranker: str = Field("none", description="second-stage backend; none = first-stage order")
+    policy: RerankPolicy = RerankPolicy.GUARANTEED_SLOTS
+    guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
+    rerank_timeout_s: float = Field(30.0, gt=0)
+    max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=os.environ.get("FUNNEL_CONFIG", "funnel.toml"))
+        return (init_settings, env_settings, toml)
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings with CLI flags applied; any invalid value becomes one ConfigError line."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
+    except (OSError, ValueError) as e:  # unreadable or malformed funnel.toml
+        raise ConfigError(f"cannot read settings: {e}") from None

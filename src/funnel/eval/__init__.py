@@ -1,0 +1,1 @@
+"""Evaluation: datasets, metrics, runs. Imports the core; the core never imports this."""

@@ -1,0 +1,59 @@
+"""The Store protocol: where chunks and their vectors live, searchable two ways."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from funnel.types import Chunk
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    chunk: Chunk
+    score: float  # the retriever's own scale: BM25 score, or cosine similarity
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Restricts a search before ranking (prefilter). Empty = everything."""
+
+    path_prefix: str | None = None
+    kinds: tuple[str, ...] = ()
+    doc_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    embedder: str
+    dim: int
+    chunks: int
+    documents: int
+    version: int
+
+
+class Transaction(Protocol):
+    def delete_documents(self, doc_ids: set[str]) -> None: ...
+
+    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> None: ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A versioned chunk store. Writes happen in a transaction and become visible to readers only when
+    it commits; an exception, Ctrl-C or a killed process leaves the last committed index as it was."""
+
+    def info(self) -> IndexInfo | None: ...
+
+    def document_hashes(self) -> dict[str, str]: ...
+
+    def search_dense(self, vector: np.ndarray, n: int, filter: Filter | None = None) -> list[ScoredChunk]: ...
+
+    def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]: ...
+
+    def get_chunks(self, doc_id: str) -> list[Chunk]: ...
+
+    def transaction(self, embedder: str, dim: int) -> AbstractContextManager[Transaction]: ...

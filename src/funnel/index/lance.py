@@ -1,0 +1,341 @@
+"""The embedded default store: one LanceDB table per index directory.
+
+Atomicity comes from Lance's versioned manifests plus a small state file: every write goes to new
+table versions, but readers open the version named in `funnel_index.json`, which is replaced
+atomically (os.replace) only when an ingest commits. An interrupted ingest therefore leaves readers on
+the previous version, and the next writer restores the table to it before writing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from funnel.errors import ConfigError, StoreError
+from funnel.index.base import Filter, IndexInfo, ScoredChunk
+from funnel.types import Chunk, SectionKind
+
+log = logging.getLogger(__name__)
+
+TABLE = "chunks"
+STATE_FILE = "funnel_index.json"
+LOCK_FILE = ".funnel.lock"
+FORMAT = 1
+# Below this many rows an exact scan beats an ANN index on latency and recall.
+ANN_MIN_ROWS = 50_000
+
+_CHUNK_FIELDS = [
+    ("chunk_id", pa.string()),
+    ("doc_id", pa.string()),
+    ("ordinal", pa.int32()),
+    ("text", pa.string()),
+    ("path", pa.string()),
+    ("title", pa.string()),
+    ("kind", pa.string()),
+    ("n_tokens", pa.int32()),
+    ("language", pa.string()),
+    ("heading", pa.string()),
+    ("page", pa.int32()),
+    ("line_start", pa.int32()),
+    ("line_end", pa.int32()),
+    ("section_kind", pa.string()),
+    ("content_hash", pa.string()),
+]
+_READ_COLUMNS = [name for name, _ in _CHUNK_FIELDS]
+
+# camelCase / PascalCase identifiers get their parts indexed too ("UserService" -> "User Service"),
+# because the FTS tokenizer splits on punctuation (so snake_case is handled) but not on case humps.
+_CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
+_HUMP = re.compile(r"[A-Z]?[a-z0-9]+")
+
+
+def lexical_text(text: str) -> str:
+    """The text the BM25 index sees: the chunk plus the parts of its camelCase identifiers."""
+    parts = [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
+    return text if not parts else text + "\n" + " ".join(parts)
+
+
+def _schema(dim: int) -> pa.Schema:
+    return pa.schema(_CHUNK_FIELDS + [("lex", pa.string()), ("vector", pa.list_(pa.float32(), dim))])
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _where(filter: Filter | None) -> str | None:
+    if filter is None:
+        return None
+    clauses = []
+    if filter.path_prefix:
+        clauses.append(f"starts_with(path, {_sql_str(filter.path_prefix)})")
+    if filter.kinds:
+        clauses.append(f"kind IN ({', '.join(_sql_str(k) for k in filter.kinds)})")
+    if filter.doc_ids:
+        clauses.append(f"doc_id IN ({', '.join(_sql_str(d) for d in filter.doc_ids)})")
+    return " AND ".join(clauses) or None
+
+
+def _scan(table, columns: list[str], where: str | None = None) -> pa.Table:
+    """Every row (no ranking), only the named columns."""
+    query = table.search().select(columns).limit(None)
+    if where:
+        query = query.where(where)
+    return query.to_arrow()
+
+
+def _row_to_chunk(row: dict) -> Chunk:
+    return Chunk(
+        chunk_id=row["chunk_id"],
+        doc_id=row["doc_id"],
+        ordinal=row["ordinal"],
+        text=row["text"],
+        path=row["path"],
+        title=row["title"],
+        kind=row["kind"],
+        n_tokens=row["n_tokens"],
+        language=row["language"],
+        heading=row["heading"],
+        page=row["page"],
+        line_start=row["line_start"],
+        line_end=row["line_end"],
+        section_kind=SectionKind(row["section_kind"]),
+        content_hash=row["content_hash"],
+    )
+
+
+def _chunks_to_arrow(chunks: list[Chunk], vectors: np.ndarray, dim: int) -> pa.Table:
+    columns: dict[str, list] = {name: [] for name, _ in _CHUNK_FIELDS}
+    for chunk in chunks:
+        row = asdict(chunk)
+        row["section_kind"] = chunk.section_kind.value
+        for name in columns:
+            columns[name].append(row[name])
+    columns["lex"] = [lexical_text(c.text) for c in chunks]
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+    columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
+    return pa.table(columns, schema=_schema(dim))
+
+
+class LanceStore:
+    """A LanceDB-backed `Store` in one directory. Safe to read from many processes; one writer at a time."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._table = None
+        self._state_mtime: float | None = None
+        self._state: dict | None = None
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def _read_state(self) -> dict | None:
+        try:
+            with open(self.path / STATE_FILE, encoding="utf-8") as fh:
+                state = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError) as e:
+            raise StoreError(f"{self.path}: unreadable index state ({e})") from e
+        if state.get("format") != FORMAT:
+            raise StoreError(f"{self.path}: index format {state.get('format')} is not {FORMAT}; re-ingest")
+        return state
+
+    def _connect(self):
+        import lancedb
+
+        return lancedb.connect(self.path)
+
+    def _reader(self):
+        """The table pinned at the last committed version, reopened when another process commits."""
+        try:
+            mtime = (self.path / STATE_FILE).stat().st_mtime_ns
+        except FileNotFoundError:
+            mtime = None
+        if self._table is None or mtime != self._state_mtime:
+            state = self._read_state()
+            self._state, self._state_mtime = state, mtime
+            self._table = None
+            if state is not None:
+                table = self._connect().open_table(TABLE)
+                table.checkout(state["version"])
+                self._table = table
+        return self._table
+
+    def info(self) -> IndexInfo | None:
+        self._reader()
+        if self._state is None:
+            return None
+        s = self._state
+        return IndexInfo(s["embedder"], s["dim"], s["chunks"], s["documents"], s["version"])
+
+    def document_hashes(self) -> dict[str, str]:
+        table = self._reader()
+        if table is None:
+            return {}
+        rows = _scan(table, ["doc_id", "content_hash"]).to_pylist()
+        return {r["doc_id"]: r["content_hash"] for r in rows}
+
+    def get_chunks(self, doc_id: str) -> list[Chunk]:
+        table = self._reader()
+        if table is None:
+            return []
+        rows = _scan(table, _READ_COLUMNS, f"doc_id = {_sql_str(doc_id)}").to_pylist()
+        return sorted((_row_to_chunk(r) for r in rows), key=lambda c: c.ordinal)
+
+    def search_dense(self, vector: np.ndarray, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
+        table = self._reader()
+        if table is None or n <= 0:
+            return []
+        query = (
+            table.search(np.asarray(vector, dtype=np.float32), query_type="vector", vector_column_name="vector")
+            .distance_type("cosine")
+            .select(_READ_COLUMNS + ["_distance"])
+            .limit(n)
+        )
+        where = _where(filter)
+        if where:
+            query = query.where(where, prefilter=True)
+        return [ScoredChunk(_row_to_chunk(r), 1.0 - float(r["_distance"])) for r in query.to_list()]
+
+    def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
+        table = self._reader()
+        text = lexical_text(query).strip()
+        if table is None or n <= 0 or not text:
+            return []
+        from lancedb.query import MatchQuery
+
+        # A MatchQuery treats the text as plain terms: quotes, AND/OR, colons in user input are words.
+        search = (
+            table.search(MatchQuery(text, "lex"), query_type="fts")
+            .select(_READ_COLUMNS + ["_score"])
+            .limit(n)
+        )
+        where = _where(filter)
+        if where:
+            search = search.where(where, prefilter=True)
+        return [ScoredChunk(_row_to_chunk(r), float(r["_score"])) for r in search.to_list()]
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
+        self.path.mkdir(parents=True, exist_ok=True)
+        with self._write_lock():
+            state = self._read_state()
+            if state is not None and (state["embedder"], state["dim"]) != (embedder, dim):
+                raise ConfigError(
+                    f"{self.path} was built with embedder {state['embedder']} (dim {state['dim']}), "
+                    f"not {embedder} (dim {dim}); use that embedder or ingest into a new index"
+                )
+            table = self._open_for_write(state, dim)
+            tx = _LanceTransaction(table, dim)
+            try:
+                yield tx
+            except BaseException:
+                # Readers never saw these versions; put the table back so the next writer starts clean.
+                self._discard(table, state)
+                raise
+            if tx.changed or state is None:
+                self._refresh_indexes(table)
+                self._write_state(table, embedder, dim)
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        fh = open(self.path / LOCK_FILE, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            fh.close()
+            raise StoreError(f"{self.path} is being written by another ingest; try again when it ends") from e
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+    def _open_for_write(self, state: dict | None, dim: int):
+        db = self._connect()
+        exists = TABLE in db.table_names()
+        if exists and state is None:
+            db.drop_table(TABLE)  # left by a first ingest that never committed
+            exists = False
+        if not exists:
+            return db.create_table(TABLE, schema=_schema(dim))
+        table = db.open_table(TABLE)
+        if table.version != state["version"]:
+            log.info("discarding an interrupted ingest (table v%s -> v%s)", table.version, state["version"])
+            table.restore(state["version"])
+        return table
+
+    def _discard(self, table, state: dict | None) -> None:
+        try:
+            if state is None:
+                self._connect().drop_table(TABLE, ignore_missing=True)
+            elif table.version != state["version"]:
+                table.restore(state["version"])
+        except Exception as e:  # the next writer restores anyway; never mask the original error
+            log.warning("could not roll back %s now (%s); the next ingest will", self.path, e)
+
+    def _refresh_indexes(self, table) -> None:
+        from lancedb.index import FTS
+
+        indexed = {idx.columns[0] for idx in table.list_indices()}
+        rows = table.count_rows()
+        if rows == 0:
+            return
+        if "lex" not in indexed:
+            table.create_index("lex", config=FTS(with_position=False), replace=True)
+        if "vector" not in indexed and rows >= ANN_MIN_ROWS:
+            table.create_index(metric="cosine", index_type="IVF_HNSW_SQ", vector_column_name="vector")
+        # Folds new rows into existing indexes (FTS and ANN) so queries stay indexed, not scanned.
+        table.optimize()
+
+    def _write_state(self, table, embedder: str, dim: int) -> None:
+        docs = _scan(table, ["doc_id"]).column("doc_id").unique()
+        state = {
+            "format": FORMAT,
+            "version": table.version,
+            "embedder": embedder,
+            "dim": dim,
+            "chunks": table.count_rows(),
+            "documents": len(docs),
+        }
+        tmp = self.path / (STATE_FILE + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path / STATE_FILE)
+        self._table = None  # the next read reopens at the new version
+
+
+class _LanceTransaction:
+    def __init__(self, table, dim: int):
+        self._table = table
+        self._dim = dim
+        self.changed = False
+
+    def delete_documents(self, doc_ids: set[str]) -> None:
+        ids = sorted(doc_ids)
+        for start in range(0, len(ids), 500):
+            batch = ids[start : start + 500]
+            self._table.delete(f"doc_id IN ({', '.join(_sql_str(d) for d in batch)})")
+            self.changed = True
+
+    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> None:
+        if not chunks:
+            return
+        if vectors.shape != (len(chunks), self._dim):
+            raise StoreError(f"got {vectors.shape} vectors for {len(chunks)} chunks of dim {self._dim}")
+        self._table.add(_chunks_to_arrow(chunks, vectors, self._dim))
+        self.changed = True

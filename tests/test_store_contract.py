@@ -1,0 +1,127 @@
+"""The Store contract. Every backend's test class inherits StoreContract and provides `store`."""
+
+import numpy as np
+import pytest
+
+from funnel.embed import HashingEmbedder
+from funnel.errors import ConfigError, StoreError
+from funnel.index.base import Filter
+from funnel.index.lance import LanceStore, lexical_text
+
+from helpers import chunk
+
+EMB = HashingEmbedder(dim=32)
+
+
+def _write(store, chunks, delete=()):
+    with store.transaction(EMB.name, EMB.dim) as tx:
+        if delete:
+            tx.delete_documents(set(delete))
+        tx.add(chunks, EMB.embed([c.text for c in chunks]))
+
+
+CORPUS = [
+    chunk("a", 0, "the UserService raised a NullPointerException", kind="code", path="src/a.py"),
+    chunk("a", 1, "cats sleep on warm keyboards", kind="code", path="src/a.py"),
+    chunk("b", 0, "dogs bark at the postman every morning", path="docs/b.md"),
+    chunk("c", 0, "Company: Zentara Robotics | CEO: Iris Kallas | Employees: 287", path="docs/c.pdf", page=2),
+]
+
+
+class StoreContract:
+    @pytest.fixture
+    def store(self, tmp_path):
+        raise NotImplementedError
+
+    def test_empty_store_has_no_info_and_finds_nothing(self, store):
+        assert store.info() is None
+        assert store.search_lexical("cats", 5) == []
+        assert store.document_hashes() == {}
+
+    def test_roundtrip_keeps_every_field(self, store):
+        _write(store, CORPUS)
+        got = store.get_chunks("c")
+        assert got == [CORPUS[3]]
+        info = store.info()
+        assert (info.chunks, info.documents, info.embedder, info.dim) == (4, 3, EMB.name, EMB.dim)
+
+    def test_lexical_and_dense_search(self, store):
+        _write(store, CORPUS)
+        assert store.search_lexical("Who is the CEO of Zentara?", 2)[0].chunk.chunk_id == "c#0"
+        dense = store.search_dense(EMB.embed(["dogs bark at the postman"])[0], 4)
+        assert dense[0].chunk.chunk_id == "b#0"
+        assert dense[0].score == pytest.approx(max(s.score for s in dense))
+
+    def test_camel_case_identifiers_match_their_parts(self, store):
+        _write(store, CORPUS)
+        assert store.search_lexical("user service", 1)[0].chunk.chunk_id == "a#0"
+
+    def test_query_syntax_is_plain_text(self, store):
+        _write(store, CORPUS)
+        for query in ['"unbalanced', "CEO: AND OR (", "*", "dogs -bark +x", "NOT"]:
+            store.search_lexical(query, 3)  # must not raise
+
+    def test_filters(self, store):
+        _write(store, CORPUS)
+        hits = store.search_lexical("cats dogs UserService", 10, Filter(kinds=("code",)))
+        assert {h.chunk.doc_id for h in hits} == {"a"}
+        hits = store.search_dense(EMB.embed(["dogs"])[0], 10, Filter(path_prefix="docs/"))
+        assert {h.chunk.doc_id for h in hits} == {"b", "c"}
+        hits = store.search_lexical("dogs CEO", 10, Filter(doc_ids=("c",)))
+        assert [h.chunk.doc_id for h in hits] == ["c"]
+
+    def test_delete_by_document(self, store):
+        _write(store, CORPUS)
+        _write(store, [], delete={"a"})
+        assert set(store.document_hashes()) == {"b", "c"}
+        assert store.search_lexical("UserService", 5) == []
+
+    def test_failed_transaction_leaves_previous_index(self, store):
+        _write(store, CORPUS)
+        before = store.info()
+        with pytest.raises(RuntimeError):
+            with store.transaction(EMB.name, EMB.dim) as tx:
+                tx.delete_documents({"a", "b", "c"})
+                raise RuntimeError("crash mid-ingest")
+        assert store.info() == before
+        assert store.search_lexical("dogs", 1)[0].chunk.doc_id == "b"
+        _write(store, [chunk("d", 0, "a fresh document")])  # the next writer starts from the old version
+        assert set(store.document_hashes()) == {"a", "b", "c", "d"}
+
+    def test_other_embedder_is_refused(self, store):
+        _write(store, CORPUS)
+        with pytest.raises(ConfigError, match="embedder"):
+            with store.transaction("other", 7):
+                pass
+
+
+class TestLanceStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path):
+        return LanceStore(tmp_path / "index")
+
+    def test_reader_in_another_instance_sees_commits(self, tmp_path):
+        writer, reader = LanceStore(tmp_path / "i"), LanceStore(tmp_path / "i")
+        _write(writer, CORPUS[:1])
+        assert reader.info().chunks == 1
+        _write(writer, CORPUS[1:])
+        assert reader.info().chunks == 4
+
+    def test_second_writer_gets_a_clear_error(self, tmp_path):
+        store = LanceStore(tmp_path / "i")
+        with store.transaction(EMB.name, EMB.dim):
+            with pytest.raises(StoreError, match="another ingest"):
+                with LanceStore(tmp_path / "i").transaction(EMB.name, EMB.dim):
+                    pass
+
+    def test_wrong_vector_shape_is_refused(self, tmp_path):
+        store = LanceStore(tmp_path / "i")
+        with pytest.raises(StoreError):
+            with store.transaction(EMB.name, EMB.dim) as tx:
+                tx.add(CORPUS, np.zeros((2, EMB.dim), dtype=np.float32))
+        assert store.info() is None
+
+
+def test_lexical_text_adds_camel_case_parts():
+    assert lexical_text("raise in UserService.getUser") == "raise in UserService.getUser\nUser Service get User"
+    assert lexical_text("mRNA and IL-6 stay as they are") == "mRNA and IL-6 stay as they are"
