@@ -54,6 +54,7 @@ class UpstreamTimeout(UpstreamError):
         super().__init__(stage, f"timed out ({detail})")
 
 
-def missing_extra(what: str, package: str, extra: str) -> BackendUnavailable:
-    """The error for an optional dependency that is not installed, with the fix in the message."""
-    return BackendUnavailable(f"{what} needs {package}: pip install 'funnel[{extra}]'")
+def missing_dependency(what: str, package: str, extra: str | None = None) -> BackendUnavailable:
+    """The error for a dependency that is not installed, with the fix in the message."""
+    fix = f"pip install 'funnel[{extra}]'" if extra else f"pip install {package}"
+    return BackendUnavailable(f"{what} needs {package}: {fix}")

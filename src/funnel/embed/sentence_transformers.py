@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from funnel.errors import BackendUnavailable, missing_extra
+from funnel.errors import BackendUnavailable, missing_dependency
 
 
 class SentenceTransformerEmbedder:
@@ -21,7 +21,7 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise missing_extra("the sentence-transformers embedder", "sentence-transformers", "torch") from e
+            raise missing_dependency("the sentence-transformers embedder", "sentence-transformers", "torch") from e
         try:
             self._model = SentenceTransformer(self.model_name, device=self.device)
         except Exception as e:  # hub unreachable, bad path: one line, not a traceback

@@ -1,0 +1,1 @@
+"""A tiny user-management service, used by funnel's triage demo."""

@@ -1,0 +1,40 @@
+"""Ingest: find source files, load them into sections, cut sections into token-sized chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from funnel.errors import ConfigError
+from funnel.ingest.chunk import chunk_document, context_line
+from funnel.ingest.code import load_code
+from funnel.ingest.pdf import load_pdf
+from funnel.ingest.text import load_markdown, load_text
+from funnel.ingest.walk import DiscoveryResult, SourceFile, discover
+from funnel.types import LoadedDocument
+
+__all__ = [
+    "DiscoveryResult",
+    "SourceFile",
+    "chunk_document",
+    "context_line",
+    "discover",
+    "load",
+    "load_code",
+    "load_markdown",
+    "load_pdf",
+    "load_text",
+]
+
+
+def load(source: SourceFile, doc_id: str, display_path: str) -> LoadedDocument:
+    """Load one discovered file with the loader for its kind; `IngestError` for a file it cannot read."""
+    path = Path(source.path)
+    if source.kind == "pdf":
+        return load_pdf(path, doc_id, display_path)
+    if source.kind == "markdown":
+        return load_markdown(path, doc_id, display_path)
+    if source.kind == "code":
+        return load_code(path, doc_id, display_path, language=source.language)
+    if source.kind == "text":
+        return load_text(path, doc_id, display_path)
+    raise ConfigError(f"unknown source kind {source.kind!r}; expected pdf, markdown, text or code")

@@ -1,0 +1,227 @@
+"""PDF loader (pdfplumber): prose per paragraph, tables as "Header: value | ..." rows, pages kept.
+
+Tables are the reason this loader exists. Flattened to text, a table row loses its headers and a question
+like "who is the CEO of Zentara Robotics?" has nothing to match; as "Company: Zentara Robotics | CEO: Iris
+Kallas" the row answers it alone. Text inside a table's box is taken out of the prose so it is not
+indexed twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from funnel.errors import IngestError, missing_dependency
+from funnel.ingest.text import name_headers, table_row_line
+from funnel.types import Document, LoadedDocument, Section, SectionKind
+
+# A line this much larger than the page's body text, and short, is taken as a heading.
+_HEADING_SIZE_RATIO = 1.15
+_HEADING_MAX_CHARS = 120
+# A vertical gap wider than this share of the line height starts a new paragraph.
+_PARAGRAPH_GAP_RATIO = 0.6
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A piece of a page in reading order: a paragraph, a heading or a table."""
+
+    top: float
+    kind: str  # "paragraph" | "heading" | "table"
+    text: str
+    size: float = 0.0  # font size, for headings: a larger heading is an outer one
+
+
+@dataclass(frozen=True)
+class _Line:
+    """A line of text outside any table, with what heading and paragraph detection need."""
+
+    text: str
+    top: float
+    bottom: float
+    size: float  # mean font size of its characters
+    n_chars: int
+
+
+def load_pdf(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
+    pdfplumber = _import_pdfplumber()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    try:
+        with pdfplumber.open(path) as pdf:
+            sections = _sections(pdf.pages)
+    except IngestError:
+        raise
+    except Exception as e:  # pdfminer raises a zoo of types for broken files; all mean the same here
+        raise IngestError(display_path, _reason(e)) from e
+    if not sections:
+        raise IngestError(display_path, "no extractable text (scanned or image-only PDF?)")
+    document = Document(
+        doc_id=doc_id,
+        path=display_path,
+        title=Path(display_path).name,
+        kind="pdf",
+        content_hash=hashlib.sha256(raw).hexdigest(),
+    )
+    return LoadedDocument(document=document, sections=tuple(sections))
+
+
+def _import_pdfplumber() -> Any:
+    try:
+        import pdfplumber
+    except ImportError as e:
+        raise missing_dependency("the pdf loader", "pdfplumber") from e
+    # pdfminer logs a warning for every odd-but-harmless construct it meets; they are noise to a user.
+    logging.getLogger("pdfminer").setLevel(logging.ERROR)
+    return pdfplumber
+
+
+def _reason(error: Exception) -> str:
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    names = " ".join(type(e).__name__ for e in chain) + " " + " ".join(str(e) for e in chain)
+    if "Password" in names or "Encrypt" in names or "password" in names:
+        return "encrypted PDF (needs a password)"
+    detail = str(chain[-1]).splitlines()[0][:120] if str(chain[-1]) else type(chain[-1]).__name__
+    return f"not a readable PDF ({detail})"
+
+
+def _sections(pages: list[Any]) -> list[Section]:
+    read = [_read_page(page) for page in pages]
+    # Body size is judged over the whole document, so a cover page holding only a big title still
+    # reads as a heading rather than as the "body" of that page.
+    body_size = _body_font_size([line for _, lines in read for line in lines])
+    sections: list[Section] = []
+    # (font size, text) from the outermost heading in; carries over page breaks, as sections do.
+    headings: list[tuple[float, str]] = []
+
+    def heading() -> str | None:
+        return " > ".join(text for _, text in headings) or None
+
+    for number, (tables, lines) in enumerate(read, start=1):
+        prose: list[str] = []
+
+        def flush(prose: list[str] = prose, number: int = number) -> None:
+            if prose:
+                sections.append(Section(text="\n\n".join(prose), page=number, heading=heading()))
+                prose.clear()
+
+        for block in sorted(tables + _text_blocks(lines, body_size), key=lambda b: b.top):
+            if block.kind == "heading":
+                flush()
+                while headings and headings[-1][0] <= block.size + 0.1:
+                    headings.pop()
+                headings.append((block.size, block.text))
+            elif block.kind == "table":
+                flush()
+                table = Section(text=block.text, kind=SectionKind.TABLE, page=number, heading=heading())
+                sections.append(table)
+            else:
+                prose.append(block.text)
+        flush()
+    return sections
+
+
+def _read_page(page: Any) -> tuple[list[_Block], list[_Line]]:
+    """The page's tables as blocks and its other text as lines; the page's caches are freed after."""
+    tables = [(t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract())]
+    blocks = [
+        _Block(top=bbox[1], kind="table", text=text) for bbox, rows in tables if (text := _table_text(rows))
+    ]
+    boxes = [bbox for bbox, _ in tables]
+
+    def outside_tables(obj: dict[str, Any]) -> bool:
+        if obj.get("object_type") != "char":
+            return True
+        cx, cy = (obj["x0"] + obj["x1"]) / 2, (obj["top"] + obj["bottom"]) / 2
+        return not any(x0 <= cx <= x1 and top <= cy <= bottom for x0, top, x1, bottom in boxes)
+
+    text_page = page.filter(outside_tables) if boxes else page
+    lines = []
+    for raw in text_page.extract_text_lines():
+        text = " ".join(raw["text"].split())
+        chars = raw.get("chars") or []
+        if text:
+            size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
+            lines.append(_Line(text, top=raw["top"], bottom=raw["bottom"], size=size, n_chars=len(chars)))
+    page.close()  # pdfplumber keeps every parsed object of a page until closed; long PDFs add up
+    return blocks, lines
+
+
+def _is_real_table(rows: list[list[str | None]]) -> bool:
+    # Ruled boxes and underlines also come back as "tables"; one row or one column is not a table.
+    return len(rows) >= 2 and max(len(r) for r in rows) >= 2
+
+
+def _table_text(raw_rows: list[list[str | None]]) -> str:
+    rows = [[cell or "" for cell in row] for row in raw_rows]
+    headers = name_headers(rows[0])
+    lines = [table_row_line(headers, row) for row in rows[1:]]
+    return "\n".join(line for line in lines if line)
+
+
+def _text_blocks(lines: list[_Line], body_size: float) -> list[_Block]:
+    blocks: list[_Block] = []
+    paragraph: list[str] = []
+    paragraph_top = 0.0
+    previous: _Line | None = None
+
+    def flush() -> None:
+        if paragraph:
+            blocks.append(_Block(top=paragraph_top, kind="paragraph", text=_join_lines(paragraph)))
+            paragraph.clear()
+
+    for line in lines:
+        if _is_heading(line, body_size):
+            flush()
+            last = blocks[-1] if blocks else None
+            wrapped = last is not None and last.kind == "heading" and abs(last.size - line.size) < 0.1
+            if previous is None and last is not None and wrapped:
+                # A heading wrapped onto a second line is still one heading.
+                text = f"{last.text} {line.text}"
+                blocks[-1] = _Block(top=last.top, kind="heading", text=text, size=last.size)
+            else:
+                blocks.append(_Block(top=line.top, kind="heading", text=line.text, size=line.size))
+            previous = None
+            continue
+        height = line.bottom - line.top
+        if previous is not None and line.top - previous.bottom > _PARAGRAPH_GAP_RATIO * height:
+            flush()
+        if not paragraph:
+            paragraph_top = line.top
+        paragraph.append(line.text)
+        previous = line
+    flush()
+    return blocks
+
+
+def _body_font_size(lines: list[_Line]) -> float:
+    """The size most of the text is set in, counted by characters."""
+    sizes: Counter[float] = Counter()
+    for line in lines:
+        sizes[round(line.size, 1)] += line.n_chars
+    return sizes.most_common(1)[0][0] if sizes else 0.0
+
+
+def _is_heading(line: _Line, body_size: float) -> bool:
+    return 0 < body_size * _HEADING_SIZE_RATIO <= line.size and len(line.text) <= _HEADING_MAX_CHARS
+
+
+def _join_lines(lines: list[str]) -> str:
+    """A paragraph's lines as one line of text; a word hyphenated across a line break is rejoined."""
+    out = lines[0]
+    for line in lines[1:]:
+        if out.endswith("-") and len(out) > 1 and out[-2].isalpha() and line[:1].islower():
+            out = out[:-1] + line
+        else:
+            out = f"{out} {line}"
+    return out

@@ -1,0 +1,273 @@
+"""Discovery: turn the paths a user named into the source files funnel can load.
+
+Folders are walked the way a developer expects a repository tool to behave: `.gitignore` files are
+honoured, dependency and build folders are skipped, binaries and huge files are left out. Everything
+that is skipped for a reason the user may care about comes back as an `IngestError`, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from funnel.errors import IngestError
+
+# Folders that hold dependencies, caches or build output: never the user's own sources.
+SKIP_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", ".venv", "venv",
+        "__pycache__", "site-packages", "dist", "build", ".tox", ".nox", ".mypy_cache",
+        ".pytest_cache", ".ruff_cache", ".cache", ".eggs", ".idea", ".vscode", "target",
+        ".gradle", ".next", ".nuxt", "coverage", "htmlcov", ".terraform", ".ipynb_checkpoints",
+    }
+)
+
+PDF_EXTENSIONS = frozenset({".pdf"})
+MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown", ".mdown", ".mkd"})
+TEXT_EXTENSIONS = frozenset({".txt", ".text", ".rst"})
+
+# Extension -> language. Config formats count as code: in a repository they are part of what breaks.
+CODE_LANGUAGES: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
+    ".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
+    ".java": "java", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c", ".cpp": "cpp",
+    ".cc": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".cs": "csharp", ".rb": "ruby",
+    ".php": "php", ".kt": "kotlin", ".kts": "kotlin", ".scala": "scala", ".swift": "swift",
+    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".sql": "sql", ".lua": "lua",
+    ".pl": "perl", ".r": "r", ".dart": "dart", ".m": "objective-c", ".vue": "vue",
+    ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".cfg": "ini",
+}
+CODE_FILENAMES: dict[str, str] = {"Dockerfile": "dockerfile", "Makefile": "make"}
+
+# Never worth opening; listed so a folder walk does not read their first bytes to find out.
+BINARY_EXTENSIONS = frozenset(
+    {
+        ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".ico", ".webp", ".tif", ".tiff", ".svgz",
+        ".zip", ".gz", ".tgz", ".bz2", ".xz", ".7z", ".rar", ".tar", ".jar", ".war", ".whl",
+        ".egg", ".class", ".so", ".dylib", ".dll", ".exe", ".bin", ".o", ".a", ".lib", ".pyc",
+        ".pyo", ".mp3", ".mp4", ".wav", ".avi", ".mov", ".mkv", ".flac", ".ogg", ".woff",
+        ".woff2", ".ttf", ".otf", ".eot", ".sqlite", ".db", ".parquet", ".npy", ".npz", ".pkl",
+        ".pickle", ".onnx", ".pt", ".pth", ".safetensors", ".h5", ".docx", ".xlsx", ".pptx",
+    }
+)
+
+SNIFF_BYTES = 8192
+PDF_MAGIC = b"%PDF-"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path  # resolved, absolute
+    kind: str  # "pdf" | "markdown" | "text" | "code"
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class DiscoveryResult:
+    files: list[SourceFile]
+    problems: list[IngestError]
+    roots: list[Path]  # resolved folders the files were found under (a named file's parent folder)
+
+    def display_path(self, source: SourceFile) -> str:
+        """The file's path relative to the innermost root holding it, in POSIX form; absolute otherwise."""
+        best: Path | None = None
+        for root in self.roots:
+            if source.path.is_relative_to(root) and (best is None or len(root.parts) > len(best.parts)):
+                best = root
+        if best is None:
+            return source.path.as_posix()
+        return source.path.relative_to(best).as_posix()
+
+
+def discover(
+    paths: list[Path], max_bytes: int = 2_000_000, max_pdf_bytes: int = 100_000_000
+) -> DiscoveryResult:
+    """Expand `paths` into loadable source files, in sorted order, with the reasons for what was skipped.
+
+    PDFs get their own, larger limit: a scanned-free annual report of a few MB is normal, a 5 MB
+    source file is generated data.
+    """
+    walker = _Walker(max_bytes=max_bytes, max_pdf_bytes=max_pdf_bytes)
+    roots: list[Path] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        if not path.exists():
+            walker.problems.append(IngestError(str(given), "does not exist"))
+            continue
+        resolved = path.resolve()
+        if resolved.is_dir():
+            _add_root(roots, resolved)
+            walker.walk_root(resolved)
+        elif resolved.is_file():
+            _add_root(roots, resolved.parent)
+            walker.add_named_file(resolved, str(given))
+        else:
+            walker.problems.append(IngestError(str(given), "not a regular file or folder"))
+    files = sorted(walker.files.values(), key=lambda f: f.path.as_posix())
+    problems = sorted(walker.problems, key=lambda p: p.path)
+    return DiscoveryResult(files=files, problems=problems, roots=roots)
+
+
+def classify(path: Path, head: bytes) -> tuple[str, str | None] | None:
+    """(kind, language) from the name and the first bytes; None when funnel cannot load it.
+
+    The magic bytes win over the extension, so a PDF saved as `.txt` is still read as a PDF.
+    """
+    if head.startswith(PDF_MAGIC):
+        return "pdf", None
+    suffix = path.suffix.lower()
+    if suffix in PDF_EXTENSIONS:
+        return "pdf", None
+    if suffix in MARKDOWN_EXTENSIONS:
+        return "markdown", None
+    if suffix in TEXT_EXTENSIONS:
+        return "text", None
+    if suffix in CODE_LANGUAGES:
+        return "code", CODE_LANGUAGES[suffix]
+    if path.name in CODE_FILENAMES:
+        return "code", CODE_FILENAMES[path.name]
+    return None
+
+
+def looks_binary(head: bytes) -> bool:
+    """Git's rule: a NUL byte in the first 8 KB means binary. UTF-16 has NULs too; its BOM exempts it."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return False
+    return b"\x00" in head
+
+
+def _add_root(roots: list[Path], root: Path) -> None:
+    if root not in roots:
+        roots.append(root)
+
+
+def _read_head(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(SNIFF_BYTES)
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1_000_000:.1f} MB"
+
+
+class _Walker:
+    """Collects files and problems across all named paths; de-duplicates by resolved path."""
+
+    def __init__(self, max_bytes: int, max_pdf_bytes: int):
+        self.max_bytes = max_bytes
+        self.max_pdf_bytes = max_pdf_bytes
+        self.files: dict[Path, SourceFile] = {}
+        self.problems: list[IngestError] = []
+        self._seen_dirs: set[Path] = set()
+
+    def add_named_file(self, path: Path, given: str) -> None:
+        # The user asked for this file by name, so every reason to skip it is worth telling them.
+        self._consider(path, report_as=given, explicit=True)
+
+    def walk_root(self, root: Path) -> None:
+        self._walk(root, _inherited_ignores(root))
+
+    def _walk(self, folder: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> None:
+        real = folder.resolve()
+        if real in self._seen_dirs:  # a symlink loop, or the same folder named twice
+            return
+        self._seen_dirs.add(real)
+        spec = _load_gitignore(folder)
+        if spec is not None:
+            ignores = [*ignores, (folder, spec)]
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            self.problems.append(IngestError(str(folder), f"cannot list folder ({e.strerror or e})"))
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir()  # follows symlinks; loops are caught by _seen_dirs
+                is_file = entry.is_file()
+            except OSError:
+                continue
+            if is_dir:
+                if entry.name in SKIP_DIRS or _ignored(path, ignores, is_dir=True):
+                    continue
+                self._walk(path, ignores)
+            elif is_file and not _ignored(path, ignores, is_dir=False):
+                self._consider(path, report_as=str(path), explicit=False)
+
+    def _consider(self, path: Path, report_as: str, explicit: bool) -> None:
+        resolved = path.resolve()
+        if resolved in self.files:
+            return
+        suffix = resolved.suffix.lower()
+        if not explicit and (suffix in BINARY_EXTENSIONS or classify(resolved, b"") is None):
+            return  # an image or a lock file in a tree is expected, not a problem; not even worth a read
+        try:
+            size = resolved.stat().st_size
+            head = _read_head(resolved)
+        except OSError as e:
+            self.problems.append(IngestError(report_as, f"cannot read ({e.strerror or e})"))
+            return
+        kind = classify(resolved, head)
+        if kind is None:
+            if explicit:
+                unsupported = f"unsupported file type '{suffix or resolved.name}'"
+                reason = "binary file" if looks_binary(head) else unsupported
+                self.problems.append(IngestError(report_as, reason))
+            return
+        if kind[0] != "pdf" and looks_binary(head):
+            self.problems.append(IngestError(report_as, "binary file (NUL bytes in the first 8 KB)"))
+            return
+        if kind[0] == "code" and not explicit and size <= SNIFF_BYTES and not head.strip():
+            return  # an empty __init__.py is normal in a tree; an empty document's loader reports it
+        limit = self.max_pdf_bytes if kind[0] == "pdf" else self.max_bytes
+        if size > limit:
+            reason = f"too large ({_size_text(size)} > {_size_text(limit)} limit)"
+            self.problems.append(IngestError(report_as, reason))
+            return
+        self.files[resolved] = SourceFile(path=resolved, kind=kind[0], language=kind[1])
+
+
+def _load_gitignore(folder: Path) -> pathspec.GitIgnoreSpec | None:
+    gitignore = folder / ".gitignore"
+    if not gitignore.is_file():
+        return None
+    try:
+        lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _inherited_ignores(root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
+    """The `.gitignore` files above `root` up to its repository's top, outermost first.
+
+    Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would.
+    """
+    if (root / ".git").exists():
+        return []
+    ancestors: list[Path] = []
+    for parent in root.parents:
+        ancestors.append(parent)
+        if (parent / ".git").exists():
+            break
+    else:
+        return []  # not inside a repository: only ignore files at or below the root count
+    specs = []
+    for folder in reversed(ancestors):
+        spec = _load_gitignore(folder)
+        if spec is not None:
+            specs.append((folder, spec))
+    return specs
+
+
+def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], is_dir: bool) -> bool:
+    # The deepest .gitignore with an opinion wins, so a nested "!keep.log" re-includes a file.
+    for base, spec in reversed(ignores):
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        verdict = spec.check_file(rel).include
+        if verdict is not None:
+            return verdict
+    return False
