@@ -356,9 +356,9 @@ def test_pdf_without_text_errors(tmp_path):
         load_pdf(path, "d", "scan.pdf")
 
 
-def test_missing_pdfplumber_names_the_extra(monkeypatch):
+def test_missing_pdfplumber_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "pdfplumber", None)
-    with pytest.raises(BackendUnavailable, match=r"funnel\[pdf\]"):
+    with pytest.raises(BackendUnavailable, match=r"pip install pdfplumber"):
         load_pdf(SAMPLE_PDF, "p", "portfolio_companies.pdf")
 
 

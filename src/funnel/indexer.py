@@ -58,10 +58,12 @@ def doc_id_for(path: Path) -> str:
 
 
 def display_path(path: Path) -> str:
+    """Relative to the working directory when the file is under it, else absolute."""
     try:
-        return os.path.relpath(path)
+        relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
         return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 class Indexer:

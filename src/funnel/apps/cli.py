@@ -24,8 +24,9 @@ from funnel.errors import FunnelError
 from funnel.types import Answer, SearchResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# Piped output gets a wide fixed width, so tables are not squeezed to 80 columns in logs.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="index directory [env FUNNEL_INDEX]")]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help="minilm | minilm-fp32 | hashing | DIR | st:NAME")]
@@ -154,7 +155,8 @@ def _print_status(result: SearchResult) -> None:
 def _print_explain(result: SearchResult) -> None:
     table = Table(title=f"candidates for {result.query!r}", title_justify="left")
     for column in ("final", "bm25", "dense", "fused", "rerank score", "slot", "document", "where"):
-        table.add_column(column, justify="right" if column not in ("document", "where", "slot") else "left")
+        text_column = column in ("document", "where", "slot")
+        table.add_column(column, justify="left" if text_column else "right", overflow="fold")
     for hit in result.hits:
         c = hit.candidate
         table.add_row(

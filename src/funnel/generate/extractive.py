@@ -35,8 +35,30 @@ def split_sentences(chunk: Chunk) -> list[str]:
         lines = lines[1:]
     if chunk.section_kind.value != "prose":
         return [line.strip() for line in lines if line.strip()]
-    paragraph = " ".join(line.strip() for line in lines)
-    return [s.strip() for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3]
+    sentences: list[str] = []
+    for paragraph in _paragraphs(lines):
+        sentences.extend(s.strip() for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
+    return sentences
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """Lines joined into paragraphs; a blank line or a title-like line (short, no final punctuation)
+    ends one, so a heading never glues itself to the sentence after it."""
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for line in (raw.strip() for raw in lines):
+        title_like = line and len(line.split()) <= 8 and line[-1] not in ".!?:;,"
+        if not line or title_like:
+            if current:
+                paragraphs.append(" ".join(current))
+            current = []
+            if title_like:
+                paragraphs.append(line)
+            continue
+        current.append(line)
+    if current:
+        paragraphs.append(" ".join(current))
+    return paragraphs
 
 
 class ExtractiveGenerator:
