@@ -1,0 +1,92 @@
+"""The CLI as a user runs it: one-line errors, meaningful exit codes, no tracebacks."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
+
+
+def funnel(*args, cwd, env=None):
+    full_env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", **(env or {})}
+    return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=120)
+
+
+@pytest.fixture
+def docs(tmp_path):
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "acme.txt").write_text("The CEO of Acme is Jane Roe. Acme makes anvils.\n")
+    (d / "bad.pdf").write_bytes(b"%PDF-1.7\n garbage")
+    (d / "blob.txt").write_bytes(bytes(range(256)) * 10)
+    loop = d / "loop"
+    loop.symlink_to(d, target_is_directory=True)
+    return d
+
+
+def no_traceback(result):
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_ingest_reports_bad_files_and_goes_on(tmp_path, docs):
+    result = funnel("ingest", str(docs), str(tmp_path / "missing"), cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 1
+    assert "bad.pdf" in result.stderr and "blob.txt" in result.stderr and "missing" in result.stderr
+    assert "1 added" in result.stdout
+    answer = funnel("ask", "Who is the CEO of Acme?", cwd=tmp_path)
+    assert answer.returncode == 0 and "Jane Roe" in answer.stdout and "[1]" in answer.stdout
+
+
+def test_search_before_ingest_is_a_clear_error(tmp_path):
+    result = funnel("search", "anything", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 5 and "funnel ingest" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["search", ""], {}, "query is empty"),
+        (["search", "x", "--policy", "smart"], {}, "policy"),
+        (["search", "x", "--k", "0"], {}, "k"),
+        (["search", "x"], {"FUNNEL_RRF_K": "-1"}, "rrf_k"),
+        (["search", "x"], {"FUNNEL_EMBEDDER": "nonsense"}, "unknown embedder"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path, docs, args, env, message):
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path)
+    result = funnel(*args, cwd=tmp_path, env=env)
+    no_traceback(result)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_huge_query_is_answered(tmp_path, docs):
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path)
+    result = funnel("search", "anvils " * 15_000, "--json", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 0 and "acme.txt" in result.stdout
+
+
+def test_settings_from_toml_and_flags(tmp_path, docs):
+    (tmp_path / "funnel.toml").write_text('index = "from_toml"\nk = 1\n')
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path)
+    assert (tmp_path / "from_toml" / "funnel_index.json").is_file()
+    (tmp_path / "funnel.toml").write_text('k = "many"\n')
+    result = funnel("search", "anvils", cwd=tmp_path)
+    assert result.returncode == 2 and "k" in result.stderr
+    no_traceback(result)
+
+
+def test_explain_shows_every_stage(tmp_path, docs):
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path)
+    result = funnel("search", "CEO of Acme", "--explain", cwd=tmp_path)
+    assert result.returncode == 0
+    for column in ("bm25", "dense", "fused", "rerank score", "slot", "final"):
+        assert column in result.stdout
+    assert "rerank: skipped" in result.stderr

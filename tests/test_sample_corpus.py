@@ -1,0 +1,42 @@
+"""The README's demo, with the real packaged embedder: ingest the sample corpus, ask, cite."""
+
+from pathlib import Path
+
+import pytest
+
+from funnel.embed import load_embedder
+from funnel.index.lance import LanceStore
+from funnel.pipeline import Pipeline
+
+pytestmark = pytest.mark.model
+
+SAMPLES = Path(__file__).parent.parent / "samples"
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    p = Pipeline(LanceStore(tmp_path_factory.mktemp("idx")), load_embedder("minilm"))
+    report = p.ingest([SAMPLES / "docs", SAMPLES / "repo"])
+    assert report.problems == []
+    return p
+
+
+def test_table_row_answers_the_ceo_question_with_a_page_citation(pipeline):
+    answer = pipeline.ask("Who is the CEO of Zentara Robotics?")
+    assert "Iris Kallas" in answer.text
+    cited = answer.citations[0]
+    assert cited.path.endswith("portfolio_companies.pdf") and cited.page is not None
+    assert "Company: Zentara Robotics" in cited.text and "CEO: Iris Kallas" in cited.text
+
+
+def test_gitignored_files_are_not_indexed(pipeline):
+    paths = {d for d in pipeline.store.document_hashes()}
+    assert any(p.endswith("user_service.py") for p in paths)
+    assert not any(p.endswith(("secrets.local", "local_settings.py")) for p in paths)
+
+
+def test_code_chunks_carry_language_and_lines(pipeline):
+    result = pipeline.search("UserService get_user raises UserNotFoundError", k=3)
+    top = result.documents[0].best.chunk
+    assert top.path.endswith("user_service.py")
+    assert top.language == "python" and top.line_start is not None and top.line_end >= top.line_start
