@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ LOCK_FILE = ".funnel.lock"
 FORMAT = 1
 # Below this many rows an exact scan beats an ANN index on latency and recall.
 ANN_MIN_ROWS = 50_000
+OLD_VERSION_GRACE = timedelta(minutes=5)
 
 _CHUNK_FIELDS = [
     ("chunk_id", pa.string()),
@@ -248,6 +250,8 @@ class LanceStore:
             if tx.changed or state is None:
                 self._refresh_indexes(table)
                 self._write_state(table, embedder, dim)
+                if self._drop_old_versions(table):
+                    self._write_state(table, embedder, dim)  # same rows, compacted: point readers there
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
@@ -299,6 +303,17 @@ class LanceStore:
             table.create_index(metric="cosine", index_type="IVF_HNSW_SQ", vector_column_name="vector")
         # Folds new rows into existing indexes (FTS and ANN) so queries stay indexed, not scanned.
         table.optimize()
+
+    def _drop_old_versions(self, table) -> bool:
+        """Free the disk held by superseded versions, only after the new state is durable (the old
+        committed version is what a crash before that point falls back to). The grace period lets
+        queries that other processes started on the previous version finish."""
+        before = table.version
+        try:
+            table.optimize(cleanup_older_than=OLD_VERSION_GRACE)
+        except Exception as e:  # disk space is reclaimed by the next commit instead
+            log.warning("could not drop old versions of %s: %s", self.path, e)
+        return table.version != before
 
     def _write_state(self, table, embedder: str, dim: int) -> None:
         docs = _scan(table, ["doc_id"]).column("doc_id").unique()
