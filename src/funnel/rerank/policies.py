@@ -73,7 +73,7 @@ def second_stage(
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
     log.debug("rerank %d candidates in %.1f ms", len(candidates), 1000 * (time.perf_counter() - started))
-    hits = _apply(policy, candidates, scores, guaranteed, rrf_k)
+    hits = apply_policy(policy, candidates, scores, guaranteed, rrf_k)
     return SecondStageResult(hits, RerankStatus.OK, truncated=result.truncated)
 
 
@@ -98,9 +98,12 @@ def _validated(result: RerankResult, n: int) -> list[float]:
     return scores
 
 
-def _apply(
-    policy: RerankPolicy, candidates: list[Candidate], scores: list[float], guaranteed: int, rrf_k: float
+def apply_policy(
+    policy: RerankPolicy, candidates: list[Candidate], scores: list[float], guaranteed: int = 2, rrf_k: float = 60.0
 ) -> list[Hit]:
+    """The final order of `candidates` (first-stage order) given one reranker score per candidate."""
+    if policy is RerankPolicy.NONE:
+        return identity(candidates)
     by_score = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
     rerank_rank = {i: r for r, i in enumerate(by_score, start=1)}
 
@@ -116,7 +119,7 @@ def _apply(
         fused = rrf([list(range(len(candidates))), by_score], k=rrf_k)
         order = [i for i, _ in fused]
         final = dict(fused)
-    else:  # pragma: no cover - NONE never reaches here
+    else:  # pragma: no cover - every policy is handled above
         raise AssertionError(policy)
 
     return [

@@ -40,14 +40,32 @@ def first_stage(
     filter: Filter | None = None,
 ) -> list[Candidate]:
     """Candidates in first-stage order, each carrying its BM25, dense and fused rank and score."""
-    n = max(config.per_retriever, n_candidates)
+    lexical, dense = retrieve(store, embedder, query, max(config.per_retriever, n_candidates), config, filter)
+    return fuse(lexical, dense, n_candidates, config)
+
+
+def retrieve(
+    store: Store,
+    embedder: Embedder,
+    query: str,
+    n: int,
+    config: FirstStageConfig,
+    filter: Filter | None = None,
+) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+    """The BM25 and dense top-n lists the configured retrieval mode asks for (the other stays empty)."""
     lexical: list[ScoredChunk] = []
     dense: list[ScoredChunk] = []
     if config.retrieval in (Retrieval.HYBRID, Retrieval.BM25):
         lexical = store.search_lexical(query, n, filter)
     if config.retrieval in (Retrieval.HYBRID, Retrieval.DENSE):
         dense = store.search_dense(embedder.embed([query])[0], n, filter)
+    return lexical, dense
 
+
+def fuse(
+    lexical: list[ScoredChunk], dense: list[ScoredChunk], n_candidates: int, config: FirstStageConfig
+) -> list[Candidate]:
+    """RRF of the two lists (either may be empty), top n_candidates, with every rank kept."""
     by_id = {s.chunk.chunk_id: s.chunk for s in lexical + dense}
     bm25_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(lexical, start=1)}
     dense_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(dense, start=1)}

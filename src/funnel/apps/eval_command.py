@@ -1,0 +1,88 @@
+"""`funnel eval`: index the suite (cached), run the variants, print and write the report, gate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from funnel.apps.factory import build_pipeline
+from funnel.apps.settings import Settings
+from funnel.errors import ConfigError, missing_dependency
+
+
+def _require_eval_extra() -> None:
+    for module, package in (("ir_measures", "ir-measures"), ("scipy", "scipy"), ("matplotlib", "matplotlib"),
+                            ("yaml", "pyyaml")):
+        try:
+            __import__(module)
+        except ImportError:
+            raise missing_dependency("funnel eval", package, "eval") from None
+
+
+def run_eval_command(
+    settings: Settings, dataset: Path, split: str, level: str, variant_specs: str | None, baseline: str,
+    out: Path, limit: int | None, corpus_sample: int | None, documents: list[Path] | None, depth: int,
+    index_given: bool, max_hurt: int | None, gate: bool, console: Console, err_console: Console,
+) -> list[str]:
+    _require_eval_extra()
+    from funnel.eval import report
+    from funnel.eval.runner import run_eval
+    from funnel.eval.suite import build_index, default_index_dir, open_suite
+    from funnel.eval.variants import DEFAULT, parse_variants
+
+    if depth < 10:
+        raise ConfigError(f"depth must be at least 10 (nDCG@10), got {depth}")
+    variants = parse_variants(variant_specs or DEFAULT)
+    if baseline not in {v.name for v in variants}:
+        raise ConfigError(f"baseline {baseline!r} is not among the variants: {', '.join(v.name for v in variants)}")
+    suite = open_suite(dataset, split, level, limit, corpus_sample, documents)
+    if not index_given:
+        settings = settings.model_copy(update={"index": default_index_dir(suite, settings.embedder)})
+    pipeline = build_pipeline(settings)
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
+        task = bar.add_task("index", total=None)
+        ingest = build_index(pipeline, suite, lambda d, t: bar.update(task, completed=d, total=t))
+        bar.update(task, description="queries", completed=0, total=len(suite.evalset.queries))
+        run = run_eval(pipeline, suite.evalset, variants, depth, pipeline.generator,
+                       lambda d, t: bar.update(task, completed=d, total=t))
+    for problem in ingest.problems:
+        err_console.print(f"[yellow]skipped[/yellow] {problem}", highlight=False)
+    err_console.print(
+        f"index {settings.index}: {ingest.chunks} chunks embedded now, {ingest.unchanged} documents unchanged",
+        highlight=False,
+    )
+    scores = report.score(run, baseline)
+    failures = report.gate(scores, max_hurt) if gate else []
+    results = report.results_json(scores, failures)
+    _print_table(results, console)
+    paths = report.write(results, out)
+    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    return failures
+
+
+def _print_table(results: dict, console: Console) -> None:
+    from funnel.eval.report import metric_columns
+
+    columns = metric_columns(results)
+    table = Table(title=f"{results['dataset']} {results['split']} ({results['level']} level, "
+                        f"{results['queries']} queries)", title_justify="left")
+    table.add_column("variant")
+    for column in columns:
+        table.add_column(column, justify="right")
+    table.add_column(f"vs {results['baseline']}", justify="right")
+    for name, entry in results["variants"].items():
+        if "skipped" in entry:
+            table.add_row(name, *["–"] * len(columns), f"skipped: {entry['skipped']}")
+            continue
+        c = results["comparisons"].get(name)
+        versus = f"{c['delta']:+.4f} p={c['p_randomization']:.3f} +{len(c['helped'])}/−{len(c['hurt'])}" if c else ""
+        table.add_row(name, *[f"{entry[col]:.4f}" if col in entry else "–" for col in columns], versus)
+    console.print(table)
+    latency = ", ".join(f"{s} p50 {v['p50']:.1f} / p95 {v['p95']:.1f} ms" for s, v in results["latency_ms"].items())
+    console.print(f"latency per query: {latency}", highlight=False)

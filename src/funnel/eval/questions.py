@@ -1,0 +1,120 @@
+"""A question set a user writes for their own documents (YAML or JSONL).
+
+    documents: ../docs                    # folder(s) to ingest, relative to this file (optional)
+    questions:
+      - id: ceo                           # optional; defaults to q1, q2, ...
+        question: Who is the CEO of Zentara Robotics?
+        sources: [portfolio_companies.pdf]  # expected documents, matched as path suffixes
+        answer_contains: [Iris Kallas]      # strings the answer must contain
+
+JSONL: one question object per line; documents then come from `--documents`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from funnel.errors import ConfigError
+from funnel.eval.beir import EvalSet
+
+
+@dataclass(frozen=True)
+class QuestionSet:
+    evalset: EvalSet
+    documents: tuple[Path, ...]
+
+
+def _read(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the question set ({e})") from None
+    if path.suffix == ".jsonl":
+        questions = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    questions.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
+        return {"questions": questions}
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if isinstance(data, list):
+        data = {"questions": data}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with a 'questions' list")
+    return data
+
+
+def _strings(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ConfigError(f"{where}: expected a string or a list of strings")
+
+
+def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionSet:
+    data = _read(path)
+    raw = data.get("questions")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{path}: the question set is empty")
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    answers: dict[str, list[str]] = {}
+    skipped = 0
+    for number, item in enumerate(raw, start=1):
+        where = f"{path}: question {number}"
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not item["question"].strip():
+            raise ConfigError(f"{where}: needs a non-empty 'question'")
+        qid = str(item.get("id", f"q{number}"))
+        if qid in queries:
+            raise ConfigError(f"{where}: duplicate id {qid!r}")
+        sources = _strings(item.get("sources"), where + " sources")
+        expected = _strings(item.get("answer_contains"), where + " answer_contains")
+        if not sources and not expected:
+            skipped += 1
+            continue
+        queries[qid] = item["question"].strip()
+        qrels[qid] = {str(PurePosixPath(s)): 1 for s in sources}
+        answers[qid] = expected
+    if not queries:
+        raise ConfigError(f"{path}: no question has 'sources' or 'answer_contains' to check")
+
+    if documents:
+        folders = tuple(documents)
+    else:
+        named = data.get("documents")
+        named = [named] if isinstance(named, str) else (named or [])
+        folders = tuple((path.parent / d).resolve() for d in _strings(named, f"{path}: documents"))
+    if not folders:
+        raise ConfigError(f"{path}: no documents to search; add 'documents:' or pass --documents")
+    evalset = EvalSet(
+        name=path.stem,
+        split="all",
+        level="document",
+        queries=queries,
+        qrels=qrels,
+        skipped={"questions without sources or answer_contains": skipped} if skipped else {},
+        answers=answers,
+        by_path=True,
+    )
+    return QuestionSet(evalset, folders)
+
+
+def source_key(doc_path: str, expected: list[str]) -> str:
+    """The expected source a document path matches (suffix on a path boundary), else the path itself."""
+    posix = PurePosixPath(doc_path).as_posix()
+    for source in expected:
+        if posix == source or posix.endswith("/" + source):
+            return source
+    return posix

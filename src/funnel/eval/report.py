@@ -1,0 +1,212 @@
+"""Scores, comparisons and the gate for one evaluation run, and the files it writes.
+
+results.json: {"variants": {NAME: {"ndcg@10": x, "recall@100": x, "mrr@10": x, ...}},
+               "comparisons": {NAME: {...}}, "latency_ms": {...}, "per_query": {NAME: {QID: {...}}}, ...}
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from funnel.eval.compare import Comparison, compare
+from funnel.eval.metrics import HEADLINE, MEASURES, first_relevant_rank, mean, per_query
+from funnel.eval.runner import EvalRun
+
+
+@dataclass(frozen=True)
+class Scores:
+    run: EvalRun
+    baseline: str
+    values: dict[str, dict[str, dict[str, float]]]  # variant -> metric -> qid -> value
+    means: dict[str, dict[str, float]]  # variant -> metric -> mean
+    comparisons: dict[str, Comparison]
+
+
+def score(run: EvalRun, baseline: str) -> Scores:
+    evalset = run.evalset
+    evaluated = {name: vr for name, vr in run.variants.items() if not vr.skipped_reason}
+    values = {name: per_query(evalset.qrels, vr.rankings) for name, vr in evaluated.items()}
+    means = {name: {metric: mean(v) for metric, v in metrics.items()} for name, metrics in values.items()}
+    for name, vr in evaluated.items():
+        if vr.passed:
+            means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
+    comparisons = {}
+    if baseline in evaluated:
+        rankings = {name: vr.rankings for name, vr in evaluated.items()}
+        passed = {name: vr.passed for name, vr in evaluated.items()}
+        for name in evaluated:
+            if name != baseline:
+                comparisons[name] = compare(
+                    name, baseline, HEADLINE, values, rankings, evalset.qrels, evalset.queries, passed
+                )
+    return Scores(run, baseline, values, means, comparisons)
+
+
+def gate(scores: Scores, max_hurt: int | None = None, tolerance: float = 1e-9) -> list[str]:
+    """Why the run fails the gate (empty = passes). Variants that build on the baseline
+    (`BASE+rerank(...)`) must not lose on the headline metric, break an answer, or hurt > max_hurt queries."""
+    failures = []
+    if scores.baseline not in scores.means:
+        return [f"baseline {scores.baseline!r} was not evaluated"]
+    for name, comparison in scores.comparisons.items():
+        if not name.startswith(scores.baseline + "+"):
+            continue
+        if comparison.delta < -tolerance:
+            failures.append(
+                f"{name} {HEADLINE} {comparison.variant_mean:.4f} < {scores.baseline} {comparison.baseline_mean:.4f}"
+            )
+        if comparison.answers_broken:
+            failures.append(f"{name} breaks the answer to {', '.join(comparison.answers_broken)}")
+        if max_hurt is not None and len(comparison.hurt) > max_hurt:
+            failures.append(f"{name} hurts {len(comparison.hurt)} queries (allowed {max_hurt})")
+    for name, vr in scores.run.variants.items():
+        if vr.fallbacks and name.startswith(scores.baseline + "+"):
+            failures.append(f"{name}: the reranker fell back on {sum(vr.fallbacks.values())} queries")
+    return failures
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p95": 0.0}
+    ordered = sorted(values)
+    return {"p50": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]}
+
+
+def results_json(scores: Scores, failures: list[str]) -> dict:
+    run, evalset = scores.run, scores.run.evalset
+    variants = {}
+    for name, vr in run.variants.items():
+        entry = dict(scores.means.get(name, {}))
+        if vr.skipped_reason:
+            entry["skipped"] = vr.skipped_reason
+        if vr.fallbacks:
+            entry["rerank_fallbacks"] = sum(vr.fallbacks.values())
+            entry["fallback_reasons"] = dict(vr.fallbacks)
+        variants[name] = entry
+    per_query_out = {}
+    for name, metrics in scores.values.items():
+        vr = run.variants[name]
+        per_query_out[name] = {
+            qid: {
+                **{m: metrics[m][qid] for m in MEASURES},
+                "first_relevant_rank": first_relevant_rank(evalset.qrels[qid], vr.rankings.get(qid, [])),
+                **({"passed": vr.passed[qid]} if qid in vr.passed else {}),
+            }
+            for qid in metrics[HEADLINE]
+        }
+        for qid, ok in vr.passed.items():
+            per_query_out[name].setdefault(qid, {"passed": ok})
+    return {
+        "dataset": evalset.name,
+        "split": evalset.split,
+        "level": evalset.level,
+        "queries": len(evalset.queries),
+        "skipped": evalset.skipped,
+        "embedder": run.embedder,
+        "reranker": run.reranker,
+        "depth": run.depth,
+        "baseline": scores.baseline,
+        "headline": HEADLINE,
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "variants": variants,
+        "comparisons": {name: {**asdict(c), "delta": c.delta} for name, c in scores.comparisons.items()},
+        "latency_ms": {stage: _percentiles(v) for stage, v in run.latency_ms.items()},
+        "gate": {"passed": not failures, "failures": failures},
+        "per_query": per_query_out,
+    }
+
+
+def metric_columns(results: dict) -> list[str]:
+    columns = [m for m in MEASURES if any(m in v for v in results["variants"].values())]
+    if any("answers_passed" in v for v in results["variants"].values()):
+        columns.append("answers_passed")
+    return columns
+
+
+def markdown(results: dict) -> str:
+    columns = metric_columns(results)
+    lines = [
+        f"# funnel eval: {results['dataset']} ({results['split']}, {results['level']} level)",
+        "",
+        f"{results['queries']} queries; embedder {results['embedder']}; reranker {results['reranker']}; "
+        f"{results['date']}; {results['machine']}.",
+    ]
+    if results["skipped"]:
+        lines.append("Skipped: " + "; ".join(f"{n} {why}" for why, n in results["skipped"].items()) + ".")
+    lines += ["", "| variant | " + " | ".join(columns) + " | vs " + results["baseline"] + " |",
+              "|---|" + "---|" * (len(columns) + 1)]
+    for name, entry in results["variants"].items():
+        if "skipped" in entry:
+            lines.append(f"| {name} | " + " | ".join("–" for _ in columns) + f" | skipped: {entry['skipped']} |")
+            continue
+        cells = [f"{entry[c]:.4f}" if c in entry else "–" for c in columns]
+        c = results["comparisons"].get(name)
+        versus = (
+            f"{c['delta']:+.4f} (p={c['p_randomization']:.3f}; +{len(c['helped'])}/−{len(c['hurt'])} queries)"
+            if c else "baseline" if name == results["baseline"] else ""
+        )
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {versus} |")
+    lines += ["", "Latency per query (ms): " + ", ".join(
+        f"{stage} p50 {v['p50']:.1f} / p95 {v['p95']:.1f}" for stage, v in results["latency_ms"].items()
+    ) + " (group covers every variant)."]
+    for name, c in results["comparisons"].items():
+        if not c["hurt"] and not c["answers_broken"]:
+            continue
+        lines += ["", f"## {name}: queries hurt vs {results['baseline']}", "",
+                  "| query | nDCG@10 before → after | first relevant rank before → after |", "|---|---|---|"]
+        for q in c["hurt"][:20]:
+            lines.append(f"| {q['query'][:80]} | {q['before']:.3f} → {q['after']:.3f} | "
+                         f"{q['rank_before'] or '–'} → {q['rank_after'] or '–'} |")
+        if len(c["hurt"]) > 20:
+            lines.append(f"| … {len(c['hurt']) - 20} more in results.json | | |")
+        if c["answers_broken"]:
+            lines += ["", "Answers broken: " + ", ".join(c["answers_broken"])]
+    gate_info = results["gate"]
+    lines += ["", "Gate: " + ("passed" if gate_info["passed"] else "FAILED — " + "; ".join(gate_info["failures"]))]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    """Headline metric per variant, and per-query wins/losses against the baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, e in results["variants"].items() if "skipped" not in e]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    values = [results["variants"][n][HEADLINE] for n in names]
+    left.barh(names, values, color="#4C72B0")
+    left.set_xlabel(HEADLINE)
+    left.invert_yaxis()
+    for y, v in enumerate(values):
+        left.text(v, y, f" {v:.3f}", va="center")
+    left.set_xlim(0, max(values + [0.01]) * 1.2)
+    compared = list(results["comparisons"])
+    wins = [len(results["comparisons"][n]["helped"]) for n in compared]
+    losses = [-len(results["comparisons"][n]["hurt"]) for n in compared]
+    right.barh(compared, wins, color="#55A868", label="helped")
+    right.barh(compared, losses, color="#C44E52", label="hurt")
+    right.axvline(0, color="black", linewidth=0.8)
+    right.invert_yaxis()
+    right.set_xlabel(f"queries vs {results['baseline']}")
+    right.legend(loc="lower right")
+    fig.suptitle(f"{results['dataset']} ({results['split']}): {results['queries']} queries")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.json", out / "report.md", out / "metrics.png"]
+    paths[0].write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    paths[1].write_text(markdown(results), encoding="utf-8")
+    plot(results, paths[2])
+    return paths

@@ -1,0 +1,152 @@
+"""Run several pipeline variants over one index, query by query, sharing the expensive work.
+
+Per query the first stage retrieves once (BM25 list + dense list), each variant's candidates are fused
+from those lists, and the reranker scores each base's candidate window once; every policy is then
+applied to the same scores. So `bm25`, `dense`, `hybrid` and three rerank policies cost about one
+hybrid search plus one rerank, and differences between variants are differences of method, not noise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from funnel.eval.beir import EvalSet
+from funnel.eval.questions import source_key
+from funnel.eval.variants import Variant
+from funnel.generate.base import Generator
+from funnel.group import group
+from funnel.pipeline import Pipeline
+from funnel.rerank.policies import RerankPolicy, apply_policy, identity, second_stage
+from funnel.retrieve.first_stage import FirstStageConfig, Retrieval, fuse, retrieve
+from funnel.types import Candidate, Hit, RerankStatus, SearchResult
+
+STAGES = ("first_stage", "rerank", "group", "answer")
+
+
+@dataclass
+class VariantRun:
+    variant: Variant
+    rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> judged units, best first
+    passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
+    fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
+    skipped_reason: str = ""
+
+
+@dataclass
+class EvalRun:
+    evalset: EvalSet
+    variants: dict[str, VariantRun]
+    latency_ms: dict[str, list[float]]
+    embedder: str
+    reranker: str
+    depth: int
+
+
+def _unit(hit: Hit, evalset: EvalSet, qid: str) -> str:
+    chunk = hit.chunk
+    if evalset.by_path:
+        return source_key(chunk.path, list(evalset.qrels.get(qid, {})))
+    if evalset.level == "document":
+        return evalset.parents.get(chunk.doc_id, chunk.doc_id)
+    return chunk.doc_id
+
+
+def _ranking(hits: list[Hit], evalset: EvalSet, qid: str, depth: int) -> list[str]:
+    units: list[str] = []
+    seen: set[str] = set()
+    for hit in hits:
+        unit = _unit(hit, evalset, qid)
+        if unit not in seen:
+            seen.add(unit)
+            units.append(unit)
+            if len(units) == depth:
+                break
+    return units
+
+
+def _window_then_tail(window_hits: list[Hit], tail: list[Candidate]) -> list[Hit]:
+    """Reranked window first, then the rest of the first stage in its own order."""
+    start = len(window_hits)
+    return window_hits + [
+        Hit(c, final_rank=start + i, final_score=c.fused_score) for i, c in enumerate(tail, start=1)
+    ]
+
+
+def run_eval(
+    pipeline: Pipeline,
+    evalset: EvalSet,
+    variants: list[Variant],
+    depth: int = 100,
+    generator: Generator | None = None,
+    progress=None,
+) -> EvalRun:
+    config = pipeline.config
+    window = config.candidates
+    n_retrieve = max(config.first_stage.per_retriever, 3 * depth, window)
+    runs = {v.name: VariantRun(v) for v in variants}
+    if pipeline.reranker is None:
+        for v in variants:
+            if v.reranks:
+                runs[v.name].skipped_reason = "no reranker configured"
+    active = [v for v in variants if not runs[v.name].skipped_reason]
+    generator = generator if evalset.answers else None
+    hybrid = FirstStageConfig(
+        Retrieval.HYBRID, n_retrieve, config.first_stage.rrf_k,
+        config.first_stage.bm25_weight, config.first_stage.dense_weight,
+    )
+    needs_lexical = any(v.retrieval in (Retrieval.HYBRID, Retrieval.BM25) for v in active)
+    needs_dense = any(v.retrieval in (Retrieval.HYBRID, Retrieval.DENSE) for v in active)
+    mode = Retrieval.HYBRID if needs_lexical and needs_dense else (Retrieval.BM25 if needs_lexical else Retrieval.DENSE)
+    retrieve_config = FirstStageConfig(mode, n_retrieve)
+    latency: dict[str, list[float]] = {s: [] for s in STAGES}
+
+    for done, (qid, query) in enumerate(evalset.queries.items(), start=1):
+        t0 = time.perf_counter()
+        lexical, dense = retrieve(pipeline.store, pipeline.embedder, query, n_retrieve, retrieve_config)
+        candidates = {
+            Retrieval.HYBRID: fuse(lexical, dense, n_retrieve, hybrid),
+            Retrieval.BM25: fuse(lexical, [], n_retrieve, hybrid),
+            Retrieval.DENSE: fuse([], dense, n_retrieve, hybrid),
+        }
+        t1 = time.perf_counter()
+        scores: dict[Retrieval, tuple[list[float] | None, str]] = {}
+        for base in {v.retrieval for v in active if v.reranks}:
+            result = second_stage(
+                query, candidates[base][:window], pipeline.reranker, RerankPolicy.REPLACE,
+                timeout_s=config.rerank_timeout_s,
+            )
+            if result.status is RerankStatus.OK:
+                by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
+                scores[base] = ([by_id[c.chunk.chunk_id] for c in candidates[base][:window]], "")
+            else:
+                scores[base] = (None, result.reason)
+        t2 = time.perf_counter()
+        answer_ms = 0.0
+        for v in active:
+            pool = candidates[v.retrieval]
+            if v.reranks and scores[v.retrieval][0] is None:
+                runs[v.name].fallbacks[scores[v.retrieval][1]] += 1
+                hits = identity(pool)
+            elif v.reranks:
+                head = apply_policy(v.policy, pool[:window], scores[v.retrieval][0], config.guaranteed, config.rrf_k)
+                hits = _window_then_tail(head, pool[window:])
+            else:
+                hits = identity(pool)
+            runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
+            if generator is not None and evalset.answers.get(qid):
+                ta = time.perf_counter()
+                result = SearchResult(query, tuple(group(hits, config.k)), tuple(hits), RerankStatus.OK)
+                text = generator.answer(query, result).text.lower()
+                runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
+                answer_ms += 1000 * (time.perf_counter() - ta)
+        t3 = time.perf_counter()
+        latency["first_stage"].append(1000 * (t1 - t0))
+        latency["rerank"].append(1000 * (t2 - t1))
+        latency["group"].append(1000 * (t3 - t2) - answer_ms)
+        latency["answer"].append(answer_ms)
+        if progress:
+            progress(done, len(evalset.queries))
+    reranker = getattr(pipeline.reranker, "name", "none") if pipeline.reranker else "none"
+    return EvalRun(evalset, runs, latency, pipeline.embedder.name, reranker, depth)

@@ -1,0 +1,86 @@
+"""From `--dataset PATH` to an indexed corpus and an EvalSet: BEIR folders or question-set files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from funnel.errors import ConfigError
+from funnel.eval import beir
+from funnel.eval.beir import EvalSet
+from funnel.eval.questions import load_questions
+from funnel.indexer import IngestReport
+from funnel.pipeline import Pipeline
+
+QUESTION_FILES = (".yaml", ".yml", ".jsonl")
+
+
+@dataclass(frozen=True)
+class Suite:
+    evalset: EvalSet
+    corpus: Path | None = None  # BEIR folder holding corpus.jsonl
+    documents: tuple[Path, ...] = ()  # question sets: files and folders to ingest
+    keep: frozenset[str] | None = None  # BEIR: only these records (a corpus sample)
+
+    @property
+    def cache_key(self) -> str:
+        sample = "" if self.keep is None else "-sample" + hashlib.sha256(
+            "\n".join(sorted(self.keep)).encode()).hexdigest()[:8]
+        return f"{self.evalset.name}-{self.evalset.split}{sample}"
+
+
+def open_suite(
+    path: Path,
+    split: str = "test",
+    level: str = "auto",
+    limit: int | None = None,
+    corpus_sample: int | None = None,
+    documents: list[Path] | None = None,
+) -> Suite:
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist")
+    if path.is_file():
+        if path.suffix not in QUESTION_FILES:
+            raise ConfigError(f"{path}: a question set must be .yaml, .yml or .jsonl")
+        qs = load_questions(path, documents)
+        return Suite(_limited(qs.evalset, limit), documents=qs.documents)
+    evalset = _limited(beir.load_beir(path, split, level), limit)
+    folder = beir.split_dir(path, split)
+    keep = None
+    if corpus_sample is not None:
+        keep = set(_judged_records(evalset))
+        for record in beir.load_corpus(folder):
+            if len(keep) >= len(set(_judged_records(evalset))) + corpus_sample:
+                break
+            keep.add(record.document.doc_id)
+        keep = frozenset(keep)
+    return Suite(evalset, corpus=folder, keep=keep)
+
+
+def _limited(evalset: EvalSet, limit: int | None) -> EvalSet:
+    if not limit:
+        return evalset
+    queries = dict(list(evalset.queries.items())[:limit])
+    return replace(evalset, queries=queries, qrels={q: evalset.qrels[q] for q in queries})
+
+
+def _judged_records(evalset: EvalSet) -> list[str]:
+    units = {u for rel in evalset.qrels.values() for u in rel}
+    if evalset.level == "document":
+        return [record for record, parent in evalset.parents.items() if parent in units]
+    return sorted(units)
+
+
+def default_index_dir(suite: Suite, embedder: str) -> Path:
+    cache = Path(os.environ.get("FUNNEL_EVAL_CACHE", Path.home() / ".cache" / "funnel" / "eval"))
+    return cache / f"{suite.cache_key}-{embedder.replace('/', '_').replace(':', '_')}"
+
+
+def build_index(pipeline: Pipeline, suite: Suite, progress=None) -> IngestReport:
+    """Ingest the suite's corpus; unchanged records are skipped by content hash, so re-runs are fast."""
+    if suite.corpus is not None:
+        keep = set(suite.keep) if suite.keep is not None else None
+        return pipeline.indexer.ingest_documents(beir.load_corpus(suite.corpus, keep), progress=progress)
+    return pipeline.ingest(list(suite.documents), progress=progress)
