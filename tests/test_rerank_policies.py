@@ -33,12 +33,13 @@ def test_seed_001_table_row_survives_a_reranker_that_scores_it_lowest():
     assert kept.status is RerankStatus.OK
 
 
-def test_guaranteed_slots_count_documents_not_chunks():
-    cands = candidates(["a", "a", "b", "c"])
-    reranker = ScriptedReranker({"a": 0.0, "b": 0.0, "c": 1.0})
+def test_guaranteed_slots_count_documents_and_keep_their_chunks_in_first_stage_order():
+    cands = candidates(["a", "b", "c", "a", "d"])
+    reranker = ScriptedReranker({"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.5})
     result = second_stage("q", cands, reranker, RerankPolicy.GUARANTEED_SLOTS, guaranteed=2)
-    assert [h.chunk.chunk_id for h in result.hits if h.guaranteed] == ["a#0", "b#0"]
-    assert order(result)[:3] == ["a", "b", "c"]
+    assert [h.chunk.chunk_id for h in result.hits if h.guaranteed] == ["a#0", "b#0", "a#1"]
+    assert [h.chunk.chunk_id for h in result.hits] == ["a#0", "b#0", "a#1", "c#0", "d#0"]
+    assert [d.doc_id for d in group(result.hits, k=3)] == ["a", "b", "c"]
 
 
 def test_replace_orders_by_reranker_and_reports_ranks():

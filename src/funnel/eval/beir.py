@@ -37,13 +37,17 @@ class EvalSet:
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
+    """Records that carry an `_id` (corpus and queries files); anything else is a ConfigError at file:line."""
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    record = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
+                if not isinstance(record, dict) or "_id" not in record:
+                    raise ConfigError(f"{path}:{number}: expected a JSON object with an '_id'")
+                yield record
 
 
 def split_dir(root: Path, split: str) -> Path:
@@ -52,6 +56,9 @@ def split_dir(root: Path, split: str) -> Path:
         return root / split
     if (root / "corpus.jsonl").is_file():
         return root
+    splits = sorted(p.parent.name for p in root.glob("*/corpus.jsonl"))
+    if splits:
+        raise ConfigError(f"{root}: no split {split!r}; found: {', '.join(splits)}")
     raise ConfigError(f"{root}: no corpus.jsonl (expected the BEIR layout, optionally per split)")
 
 
@@ -102,7 +109,8 @@ def _qrels_file(root: Path, folder: Path, split: str, level: str) -> tuple[Path,
     options = []
     if level in ("auto", "chunk"):
         options.append((folder / "qrels" / "chunk.tsv", "chunk"))
-    if level in ("auto", "record"):
+    if level in ("auto", "record"):  # a split folder may hold a whole BEIR set, qrels/<split>.tsv included
+        options.append((folder / "qrels" / f"{split}.tsv", "record"))
         options.append((root / "qrels" / f"{split}.tsv", "record"))
     if level in ("auto", "document"):
         options.append((folder / "qrels" / "document.tsv", "document"))
@@ -134,7 +142,12 @@ def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
         if not reader.fieldnames or not {"query-id", "corpus-id", "score"} <= set(reader.fieldnames):
             raise ConfigError(f"{path}: expected a header query-id, corpus-id, score")
         for row in reader:
-            qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row["score"])
+            try:
+                qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row["score"])
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{path}:{reader.line_num}: expected query-id, corpus-id and an integer score"
+                ) from None
 
     record_parents = parents(folder) if found_level == "document" else {}
     known = set(record_parents.values()) if record_parents else {
@@ -154,10 +167,15 @@ def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
             skipped["queries with no relevant judged document"] = skipped.get(
                 "queries with no relevant judged document", 0) + 1
 
-    texts = {str(q["_id"]): q["text"] for q in _jsonl(_queries_file(root, folder, split))}
-    queries = {qid: texts[qid] for qid in qrels if qid in texts}
-    if len(queries) < len(qrels):
-        skipped["judged queries missing from the queries file"] = len(qrels) - len(queries)
+    texts = {str(q["_id"]): q.get("text") for q in _jsonl(_queries_file(root, folder, split))}
+    queries = {
+        qid: texts[qid].strip() for qid in qrels if isinstance(texts.get(qid), str) and texts[qid].strip()
+    }
+    missing = sum(1 for qid in qrels if qid not in texts)
+    if missing:
+        skipped["judged queries missing from the queries file"] = missing
+    if len(qrels) - missing > len(queries):
+        skipped["judged queries without text"] = len(qrels) - missing - len(queries)
     unjudged = sum(1 for q in texts if q not in qrels)
     if unjudged and folder != root:  # a per-split queries file: every query should be judged
         skipped["queries without judgments"] = unjudged

@@ -137,7 +137,8 @@ def run_eval(
             runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
             if generator is not None and evalset.answers.get(qid):
                 ta = time.perf_counter()
-                result = SearchResult(query, tuple(group(hits, config.k)), tuple(hits), RerankStatus.OK)
+                documents = group(hits, config.k, config.chunks_per_document)
+                result = SearchResult(query, tuple(documents), tuple(hits), RerankStatus.OK)
                 text = generator.answer(query, result).text.lower()
                 runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
                 answer_ms += 1000 * (time.perf_counter() - ta)

@@ -28,7 +28,10 @@ class Suite:
     def cache_key(self) -> str:
         sample = "" if self.keep is None else "-sample" + hashlib.sha256(
             "\n".join(sorted(self.keep)).encode()).hexdigest()[:8]
-        return f"{self.evalset.name}-{self.evalset.split}{sample}"
+        # Keyed by corpus, not split: SciFact's and CoSQA's splits share one corpus and so one index.
+        corpus = self.evalset.name if self.corpus is None or self.corpus.name == self.evalset.name else (
+            f"{self.evalset.name}-{self.corpus.name}")
+        return f"{corpus}{sample}"
 
 
 def open_suite(
