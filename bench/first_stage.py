@@ -21,7 +21,7 @@ from pathlib import Path
 from ranx import Qrels, Run, evaluate
 
 from funnel.embed import load_embedder
-from funnel.eval.beir import corpus_size, load_corpus, load_split
+from funnel.eval.beir import load_beir, load_corpus, split_dir
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.policies import RerankPolicy
@@ -54,8 +54,7 @@ def main() -> None:
     )
     pipeline = Pipeline(LanceStore(index_dir), embedder, config=config)
 
-    n_docs = corpus_size(args.dataset)
-    report = pipeline.indexer.ingest_documents(load_corpus(args.dataset), total=n_docs)
+    report = pipeline.indexer.ingest_documents(load_corpus(split_dir(args.dataset, args.split)))
     info = pipeline.store.info()
     print(f"# {args.dataset.name} ({args.split}), embedder {embedder.name}, {platform.processor() or platform.machine()}, "
           f"{time.strftime('%Y-%m-%d')}")
@@ -63,7 +62,7 @@ def main() -> None:
           f"in {report.seconds:.1f}s ({report.chunks_per_second:.1f} chunks/s); peak RSS after ingest "
           f"{peak_rss_mb():.0f} MB")
 
-    split = load_split(args.dataset, args.split)
+    split = load_beir(args.dataset, args.split)
     queries = list(split.queries.items())
     if args.limit:
         queries = queries[: args.limit]
@@ -80,7 +79,7 @@ def main() -> None:
             latency[mode].append(1000 * (time.perf_counter() - started))
             runs[mode][qid] = {d.doc_id: float(len(result.documents) - d.rank + 1) for d in result.documents}
 
-    print(f"{len(queries)} queries ({split.skipped_queries} judged ids without query text skipped)")
+    print(f"{len(queries)} queries (skipped: {split.skipped or 'nothing'})")
     print(f"| mode | nDCG@10 | recall@100 | MRR@10 | first stage p50 ms | p95 ms |")
     print("|---|---|---|---|---|---|")
     for mode in modes:

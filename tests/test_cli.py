@@ -90,3 +90,30 @@ def test_explain_shows_every_stage(tmp_path, docs):
     for column in ("bm25", "dense", "fused", "rerank score", "slot", "final"):
         assert column in result.stdout
     assert "rerank: skipped" in result.stderr
+
+
+def test_markup_like_text_in_documents_is_printed_verbatim(tmp_path):
+    (tmp_path / "c.txt").write_text("Intro line.\nThe config uses [/red] tags and [bold]x[/bold].\n")
+    funnel("ingest", "c.txt", cwd=tmp_path)
+    result = funnel("search", "config tags", "--explain", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 0 and "[/red]" in result.stdout and "[bold]x[/bold]" in result.stdout
+
+
+def test_search_uses_the_embedder_the_index_was_built_with(tmp_path, docs):
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path, env={"FUNNEL_EMBEDDER": "hashing-32"})
+    env = {k: v for k, v in os.environ.items() if k != "FUNNEL_EMBEDDER"}
+    result = subprocess.run([*FUNNEL, "search", "anvils"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "acme.txt" in result.stdout, result.stderr
+    mismatch = funnel("search", "anvils", cwd=tmp_path, env={"FUNNEL_EMBEDDER": "hashing-48"})
+    assert mismatch.returncode == 2 and "built with embedder" in mismatch.stderr
+
+
+def test_index_path_that_is_a_file_and_empty_path_argument(tmp_path, docs):
+    (tmp_path / "afile").write_text("x")
+    result = funnel("ingest", str(docs / "acme.txt"), "--index", "afile", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 5 and "is a file" in result.stderr
+    result = funnel("ingest", "", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 2 and "empty path" in result.stderr

@@ -152,3 +152,77 @@ def test_reranker_failure_is_reported_not_raised(tmp_path, corpus):
     result = p.search("CEO of Acme", policy="replace")
     assert result.rerank_status is RerankStatus.FALLBACK and "down" in result.rerank_reason
     assert [h.chunk.chunk_id for h in result.hits] == [h.chunk.chunk_id for h in first.hits]
+
+
+def test_ingesting_one_file_leaves_its_siblings_alone(tmp_path, corpus):
+    p = make(tmp_path)
+    p.ingest([corpus])
+    (corpus / "gears.txt").write_text("Gears, revised.\n")
+    report = p.ingest([corpus / "gears.txt"])
+    assert (report.updated, report.removed) == (1, 0)
+    assert len(p.store.document_hashes()) == 3
+
+
+def test_documents_under_an_unreadable_folder_are_kept(tmp_path, corpus, monkeypatch):
+    from funnel import indexer
+    from funnel.ingest import discover as real_discover
+
+    p = make(tmp_path)
+    p.ingest([corpus])
+
+    def discover_without_birds(paths, *a, **kw):  # as if birds.md's folder could not be listed
+        found = real_discover(paths, *a, **kw)
+        birds = corpus.resolve() / "birds.md"
+        return type(found)(**{**found.__dict__, "files": [f for f in found.files if f.path != birds],
+                              "unlisted": [birds]})
+
+    monkeypatch.setattr(indexer, "discover", discover_without_birds)
+    assert p.ingest([corpus]).removed == 0
+    assert len(p.store.document_hashes()) == 3
+
+
+def test_a_loader_crash_on_one_file_is_reported_and_the_rest_ingested(tmp_path, corpus, monkeypatch):
+    from funnel import indexer
+
+    real = indexer.chunk_document
+
+    def fragile(doc, *a, **kw):
+        if doc.document.path.endswith("gears.txt"):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(doc, *a, **kw)
+
+    monkeypatch.setattr(indexer, "chunk_document", fragile)
+    report = make(tmp_path).ingest([corpus])
+    assert report.added == 2
+    assert any("gears.txt" in str(e) and "RecursionError" in str(e) for e in report.problems)
+
+
+def test_k_counts_documents_even_when_one_document_has_many_chunks(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"long{i}.txt").write_text("zebra stripes. " * 400)
+    for i in range(10):
+        (docs / f"short{i}.txt").write_text(f"a zebra number {i}.\n")
+    p = make(tmp_path, candidates=25, k=10)
+    p.ingest([docs])
+    assert len(p.search("zebra").documents) == 10
+
+
+def test_chunks_larger_than_the_embedder_window_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="window"):
+        Pipeline(LanceStore(tmp_path / "i"), CountingEmbedder(), max_tokens=1000)
+
+
+def test_a_truncated_query_is_reported(tmp_path, corpus):
+    p = make(tmp_path)
+    p.ingest([corpus])
+    assert p.search("gears").notes == ()
+    assert "query cut" in p.search("gears " * 2000).notes[0]
+
+
+def test_searching_with_another_embedder_is_a_clear_error(tmp_path, corpus):
+    make(tmp_path).ingest([corpus])
+    other = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=48))
+    with pytest.raises(ConfigError, match="built with embedder"):
+        other.search("gears")

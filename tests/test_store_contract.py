@@ -125,3 +125,27 @@ class TestLanceStore(StoreContract):
 def test_lexical_text_adds_camel_case_parts():
     assert lexical_text("raise in UserService.getUser") == "raise in UserService.getUser\nUser Service get User"
     assert lexical_text("mRNA and IL-6 stay as they are") == "mRNA and IL-6 stay as they are"
+
+
+def test_old_versions_are_pruned_but_the_previous_commit_survives(tmp_path, monkeypatch):
+    import time
+    from datetime import timedelta
+
+    import lancedb
+
+    from funnel.index import lance
+
+    monkeypatch.setattr(lance, "PRUNE_MARGIN", timedelta(seconds=0.5))
+    store = LanceStore(tmp_path / "i")
+    for i in range(2):
+        _write(store, [chunk(f"doc{i}", 0, f"text number {i}")])
+    time.sleep(1.2)
+    _write(store, [chunk("doc2", 0, "text number 2")])
+    previous = store.info().version
+    reader = LanceStore(tmp_path / "i")
+    assert reader.info().version == previous  # a reader pinned to the previous commit...
+    _write(store, [chunk("doc9", 0, "the last one")])
+    versions = [v["version"] for v in lancedb.connect(tmp_path / "i").open_table("chunks").list_versions()]
+    assert previous in versions  # ...can still finish its queries
+    assert min(versions) > 2  # the versions of the first commits are gone
+    assert reader.search_lexical("last one", 1)[0].chunk.doc_id == "doc9"

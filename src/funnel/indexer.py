@@ -8,6 +8,7 @@ transaction, so an error or Ctrl-C leaves the previous index exactly as it was.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,10 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from funnel.embed.base import Embedder
-from funnel.errors import IngestError
+from funnel.errors import ConfigError, IngestError
 from funnel.index.base import Store
 from funnel.ingest import chunk_document, discover, load
 from funnel.types import Chunk, LoadedDocument
+
+log = logging.getLogger(__name__)
 
 # Chunks are embedded and written in batches of this size: bounded memory, steady progress.
 BATCH = 256
@@ -57,6 +60,14 @@ def doc_id_for(path: Path) -> str:
     return path.as_posix()
 
 
+def _prefix(path: Path) -> str:
+    return doc_id_for(path).rstrip("/") + "/"
+
+
+def _under(doc_id: str, prefixes: list[str]) -> bool:
+    return any(doc_id.startswith(p) for p in prefixes)
+
+
 def display_path(path: Path) -> str:
     """Relative to the working directory when the file is under it, else absolute."""
     try:
@@ -70,71 +81,79 @@ class Indexer:
     def __init__(self, store: Store, embedder: Embedder, max_tokens: int | None = None):
         self.store = store
         self.embedder = embedder
+        if max_tokens is not None and not 16 <= max_tokens <= embedder.max_tokens:
+            raise ConfigError(
+                f"max_tokens must be between 16 and {embedder.max_tokens} ({embedder.name}'s window), "
+                f"got {max_tokens}: longer chunks would be truncated when embedded"
+            )
         self.max_tokens = max_tokens or embedder.max_tokens
 
     def _fingerprint(self, content_hash: str) -> str:
         return f"{content_hash}:{self.embedder.name}:{self.max_tokens}"
 
     def ingest_paths(self, paths: list[Path], progress: Progress | None = None) -> IngestReport:
-        """Ingest files and folders. Removed files under an ingested folder leave the index."""
+        """Ingest files and folders. Files gone from a folder named here leave the index."""
         started = time.perf_counter()
         found = discover([Path(p) for p in paths])
         report = IngestReport(problems=list(found.problems))
-        stored = self.store.document_hashes()
-        pending: list[_Pending] = []
-        seen: set[str] = set()
-        for source in found.files:
-            doc_id = doc_id_for(source.path)
-            seen.add(doc_id)
-            try:
-                digest = hashlib.sha256(source.path.read_bytes()).hexdigest()
-            except OSError as e:
-                report.problems.append(IngestError(display_path(source.path), e.strerror or str(e)))
-                continue
-            fingerprint = self._fingerprint(digest)
-            if stored.get(doc_id) == fingerprint:
-                report.unchanged += 1
-                continue
-            pending.append(
-                _Pending(
-                    doc_id,
-                    fingerprint,
-                    doc_id not in stored,
-                    lambda s=source, d=doc_id: load(s, d, display_path(s.path)),
-                )
-            )
-        roots = [doc_id_for(r).rstrip("/") + "/" for r in found.roots]
-        removed = {d for d in stored if d not in seen and any(d.startswith(r) for r in roots)}
-        self._sync(pending, removed, report, progress)
+
+        def plan(stored: dict[str, str]) -> tuple[list[_Pending], set[str]]:
+            pending: list[_Pending] = []
+            seen: set[str] = set()
+            for source in found.files:
+                doc_id = doc_id_for(source.path)
+                seen.add(doc_id)
+                try:
+                    digest = hashlib.sha256(source.path.read_bytes()).hexdigest()
+                except OSError as e:
+                    report.problems.append(IngestError(display_path(source.path), e.strerror or str(e)))
+                    continue
+                fingerprint = self._fingerprint(digest)
+                if stored.get(doc_id) == fingerprint:
+                    report.unchanged += 1
+                    continue
+                load_it = lambda s=source, d=doc_id: load(s, d, display_path(s.path))  # noqa: E731
+                pending.append(_Pending(doc_id, fingerprint, doc_id not in stored, load_it))
+            # Only folders the user named lose documents, and never under a folder we could not list.
+            roots = [_prefix(r) for r in found.removal_roots]
+            unlisted = [_prefix(r) for r in found.unlisted]
+            unlisted_ids = {doc_id_for(r) for r in found.unlisted}
+            removed = {
+                d for d in stored
+                if d not in seen and _under(d, roots) and not _under(d, unlisted) and d not in unlisted_ids
+            }
+            return pending, removed
+
+        self._sync(plan, report, progress)
         report.seconds = time.perf_counter() - started
         return report
 
-    def ingest_documents(
-        self, documents: Iterable[LoadedDocument], total: int | None = None, progress: Progress | None = None
-    ) -> IngestReport:
+    def ingest_documents(self, documents: Iterable[LoadedDocument], progress: Progress | None = None) -> IngestReport:
         """Ingest already-loaded documents (datasets, API uploads). Nothing is removed."""
         started = time.perf_counter()
         report = IngestReport()
-        stored = self.store.document_hashes()
-        pending = []
-        for doc in documents:
-            fingerprint = self._fingerprint(doc.document.content_hash)
-            if stored.get(doc.document.doc_id) == fingerprint:
-                report.unchanged += 1
-                continue
-            pending.append(
-                _Pending(doc.document.doc_id, fingerprint, doc.document.doc_id not in stored, lambda d=doc: d)
-            )
-        self._sync(pending, set(), report, progress)
+
+        def plan(stored: dict[str, str]) -> tuple[list[_Pending], set[str]]:
+            pending = []
+            for doc in documents:
+                doc_id = doc.document.doc_id
+                fingerprint = self._fingerprint(doc.document.content_hash)
+                if stored.get(doc_id) == fingerprint:
+                    report.unchanged += 1
+                    continue
+                pending.append(_Pending(doc_id, fingerprint, doc_id not in stored, lambda d=doc: d))
+            return pending, set()
+
+        self._sync(plan, report, progress)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _sync(
-        self, pending: list[_Pending], removed: set[str], report: IngestReport, progress: Progress | None
-    ) -> None:
-        if not pending and not removed and self.store.info() is not None:
-            return
+    def _sync(self, plan: Callable[[dict[str, str]], tuple[list[_Pending], set[str]]], report: IngestReport,
+              progress: Progress | None) -> None:
+        # What changed is decided under the write lock, against the committed index: two ingests of the
+        # same tree can then never both add a document.
         with self.store.transaction(self.embedder.name, self.embedder.dim) as tx:
+            pending, removed = plan(self.store.document_hashes())
             if removed:
                 tx.delete_documents(removed)
                 report.removed = len(removed)
@@ -160,11 +179,18 @@ class Indexer:
         for item in pending:
             try:
                 loaded = item.load()
+                chunks = chunk_document(loaded, self.embedder, self.max_tokens)
             except IngestError as e:
                 report.problems.append(e)
                 yield item, []
                 continue
-            chunks = chunk_document(loaded, self.embedder, self.max_tokens)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # a parser bug on one odd file must not abort the whole ingest
+                log.warning("loading %s failed", item.doc_id, exc_info=True)
+                report.problems.append(IngestError(item.doc_id, f"could not be read ({type(e).__name__}: {e})"))
+                yield item, []
+                continue
             if not chunks:
                 report.problems.append(IngestError(loaded.document.path, "no text to index"))
                 yield item, []

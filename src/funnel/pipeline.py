@@ -81,7 +81,10 @@ class Pipeline:
         query = " ".join(query.split())
         if not query:
             raise ConfigError("the query is empty")
-        query = query[:MAX_QUERY_CHARS]
+        notes: tuple[str, ...] = ()
+        if len(query) > MAX_QUERY_CHARS:
+            notes = (f"query cut from {len(query)} to {MAX_QUERY_CHARS} characters",)
+            query = query[:MAX_QUERY_CHARS]
         config = self.config
         k = config.k if k is None else k
         if k < 1:
@@ -93,13 +96,20 @@ class Pipeline:
                 Retrieval.parse(retrieval), fs_config.per_retriever, fs_config.rrf_k,
                 fs_config.bm25_weight, fs_config.dense_weight,
             )
-        if self.store.info() is None:
+        info = self.store.info()
+        if info is None:
             raise StoreError("the index is empty: run `funnel ingest PATH` first")
+        if (info.embedder, info.dim) != (self.embedder.name, self.embedder.dim):
+            raise ConfigError(
+                f"the index was built with embedder {info.embedder} (dim {info.dim}), but this search uses "
+                f"{self.embedder.name} (dim {self.embedder.dim}); search with the index's embedder"
+            )
 
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         candidates = first_stage(
-            self.store, self.embedder, query, max(config.candidates, k), fs_config, filter
+            self.store, self.embedder, query, max(config.candidates, k), fs_config, filter,
+            max_per_document=config.chunks_per_document,
         )
         t1 = time.perf_counter()
         second = second_stage(
@@ -120,6 +130,7 @@ class Pipeline:
             rerank_reason=reason,
             policy=policy.value,
             timings_ms=timings,
+            notes=notes,
         )
 
     def ask(self, question: str, k: int | None = None, policy: RerankPolicy | str | None = None) -> Answer:

@@ -152,6 +152,7 @@ class SearchResult:
     rerank_reason: str = ""
     policy: str = "none"
     timings_ms: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the pipeline changed about the request, e.g. a truncated query
 
 
 @dataclass(frozen=True)

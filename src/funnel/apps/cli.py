@@ -13,20 +13,28 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import load_settings
-from funnel.errors import FunnelError
+from funnel.errors import ConfigError, FunnelError
 from funnel.types import Answer, SearchResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
 # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns in logs.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+# markup=False: document text, paths and error messages are printed as they are ("[/x]" in a code
+# chunk is not a style tag). Styles are added with Text objects only.
+out = Console(soft_wrap=True, markup=False, highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+
+def styled(label: str, style: str, rest: str) -> Text:
+    return Text.assemble((label, style), " ", rest)
 
 IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="index directory [env FUNNEL_INDEX]")]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help="minilm | minilm-fp32 | hashing | DIR | st:NAME")]
@@ -37,7 +45,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 
 def _fail(e: FunnelError) -> None:
-    err.print(f"[red]error:[/red] {e}", highlight=False)
+    err.print(styled("error:", "red", str(e)))
     raise typer.Exit(e.exit_code)
 
 
@@ -55,11 +63,13 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log deta
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
+    paths: Annotated[list[str], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
 ) -> None:
     """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index."""
+    if any(not p.strip() for p in paths):
+        _fail(ConfigError("an empty path was given; name files or folders to ingest"))
     settings = _settings(index=index, embedder=embedder)
     try:
         pipeline = build_pipeline(settings)
@@ -68,14 +78,14 @@ def ingest(
             console=err, transient=True, disable=not err.is_terminal,
         ) as bar:
             task = bar.add_task("ingest", total=None)
-            report = pipeline.ingest(paths, progress=lambda done, total: bar.update(task, completed=done, total=total))
+            report = pipeline.ingest([Path(p) for p in paths], progress=lambda done, total: bar.update(task, completed=done, total=total))
     except KeyboardInterrupt:
-        err.print("interrupted: the index is unchanged")
+        err.print("interrupted: the index holds the last ingest that completed")
         raise typer.Exit(130) from None
     except FunnelError as e:
         _fail(e)
     for problem in report.problems:
-        err.print(f"[yellow]skipped[/yellow] {problem}", highlight=False)
+        err.print(styled("skipped", "yellow", str(problem)))
     out.print(
         f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
         f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "
@@ -170,7 +180,7 @@ def eval_(
         _fail(e)
     if failures:
         for failure in failures:
-            err.print(f"[red]gate:[/red] {failure}", highlight=False)
+            err.print(styled("gate:", "red", failure))
         raise typer.Exit(1)
 
 
@@ -183,16 +193,18 @@ def _print_documents(result: SearchResult) -> None:
         out.print("no matching documents")
     for doc in result.documents:
         best = doc.best.chunk
-        out.print(f"[bold]{doc.rank}. {doc.path}[/bold] ({best.location})  score {doc.score:.4f}", highlight=False)
+        out.print(Text.assemble((f"{doc.rank}. {doc.path}", "bold"), f" ({best.location})  score {doc.score:.4f}"))
         snippet = " ".join(best.text.split())
-        out.print(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}", highlight=False)
+        out.print(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     _print_status(result)
 
 
 def _print_status(result: SearchResult) -> None:
     reason = f" ({result.rerank_reason})" if result.rerank_reason else ""
     timing = ", ".join(f"{name} {ms:.0f} ms" for name, ms in result.timings_ms.items())
-    err.print(f"rerank: {result.rerank_status.value}{reason}; policy {result.policy}; {timing}", highlight=False)
+    err.print(f"rerank: {result.rerank_status.value}{reason}; policy {result.policy}; {timing}")
+    for note in result.notes:
+        err.print(styled("note:", "yellow", note))
 
 
 def _print_explain(result: SearchResult) -> None:
@@ -216,11 +228,11 @@ def _print_explain(result: SearchResult) -> None:
 
 
 def _print_answer(answer: Answer) -> None:
-    out.print(f"[bold]Q:[/bold] {answer.question}", highlight=False)
-    out.print(answer.text, highlight=False)
+    out.print(styled("Q:", "bold", answer.question))
+    out.print(answer.text)
     out.print()
     for c in answer.citations:
-        out.print(f"[{c.number}] {c.path} ({c.location})", highlight=False)
+        out.print(f"[{c.number}] {c.path} ({c.location})")
     out.print(f"answered by: {answer.generator}", style="dim")
     if answer.search is not None:
         _print_status(answer.search)
@@ -243,9 +255,27 @@ def _answer_json(answer: Answer) -> dict:
 
 
 def run() -> None:
-    """Console entry point: a user mistake never ends in a traceback."""
+    """Console entry point: a user mistake never ends in a traceback; neither does a bug (-v shows it)."""
     try:
-        app()
-    except FunnelError as e:  # raised outside a command body (e.g. while building settings)
-        err.print(f"error: {e}", highlight=False)
+        code = app(standalone_mode=False)  # returns typer.Exit's code instead of raising it
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except click.exceptions.Abort:
+        err.print("interrupted")
+        sys.exit(130)
+    except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.ClickException as e:  # usage errors: typer/click format them
+        e.show()
+        sys.exit(2)
+    except FunnelError as e:  # raised outside a command body (e.g. while building settings)
+        err.print(styled("error:", "red", str(e)))
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as e:
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            err.print_exception()
+        err.print(styled("error:", "red", f"unexpected {type(e).__name__}: {e} (run with -v for details)"))
+        sys.exit(70)

@@ -41,7 +41,8 @@ def run_eval_command(
         raise ConfigError(f"baseline {baseline!r} is not among the variants: {', '.join(v.name for v in variants)}")
     suite = open_suite(dataset, split, level, limit, corpus_sample, documents)
     if not index_given:
-        settings = settings.model_copy(update={"index": default_index_dir(suite, settings.embedder)})
+        embedder = settings.embedder or "minilm"
+        settings = settings.model_copy(update={"index": default_index_dir(suite, embedder), "embedder": embedder})
     pipeline = build_pipeline(settings)
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

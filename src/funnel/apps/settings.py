@@ -17,7 +17,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml")
 
     index: Path = Field(Path(".funnel"), description="index directory")
-    embedder: str = Field("minilm", description="minilm | minilm-fp32 | hashing | model dir | st:NAME")
+    embedder: str | None = Field(
+        None, description="minilm | minilm-fp32 | hashing | model dir | st:NAME (default: the index's, else minilm)"
+    )
     threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
     k: int = Field(5, ge=1, le=1000, description="documents returned")
     candidates: int = Field(25, ge=1, le=1000, description="chunks handed to the second stage")
@@ -41,7 +43,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=os.environ.get("FUNNEL_CONFIG", "funnel.toml"))
+        named = os.environ.get("FUNNEL_CONFIG")
+        if named and not Path(named).is_file():
+            raise ConfigError(f"FUNNEL_CONFIG names {named}, which is not a file")
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=named or "funnel.toml")
         return (init_settings, env_settings, toml)
 
 
@@ -54,4 +59,5 @@ def load_settings(**overrides) -> Settings:
         where = ".".join(str(p) for p in first["loc"]) or "settings"
         raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
     except (OSError, ValueError) as e:  # unreadable or malformed funnel.toml
-        raise ConfigError(f"cannot read settings: {e}") from None
+        source = os.environ.get("FUNNEL_CONFIG") or "funnel.toml"
+        raise ConfigError(f"cannot read settings from {source}: {e}") from None

@@ -7,9 +7,19 @@ from pathlib import Path
 from funnel.embed.base import Embedder
 from funnel.embed.hashing import HashingEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "load_embedder"]
+__all__ = ["Embedder", "HashingEmbedder", "load_embedder", "spec_for"]
 
 DEFAULT = "minilm"
+_PACKAGED = {"all-MiniLM-L6-v2-int8": "minilm", "all-MiniLM-L6-v2": "minilm-fp32"}
+
+
+def spec_for(name: str) -> str | None:
+    """The spec that loads the embedder an index records by name, when funnel can tell."""
+    if name in _PACKAGED:
+        return _PACKAGED[name]
+    if name.startswith(("hashing-", "st:")):
+        return name
+    return None
 
 
 def load_embedder(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
@@ -25,9 +35,13 @@ def load_embedder(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
         from funnel.embed.onnx import OnnxEmbedder
 
         return OnnxEmbedder.default(quantized=spec == "minilm", threads=threads)
-    if spec.startswith("hashing"):
+    if spec == "hashing" or spec.startswith("hashing-"):
         _, _, dim = spec.partition("-")
-        return HashingEmbedder(dim=int(dim)) if dim.isdigit() else HashingEmbedder()
+        if dim and not (dim.isdigit() and 8 <= int(dim) <= 4096):
+            from funnel.errors import ConfigError
+
+            raise ConfigError(f"hashing embedder dimension must be 8..4096, got {dim!r}")
+        return HashingEmbedder(dim=int(dim)) if dim else HashingEmbedder()
     if spec.startswith("st:"):
         from funnel.embed.sentence_transformers import SentenceTransformerEmbedder
 

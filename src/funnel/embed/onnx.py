@@ -52,6 +52,8 @@ def _is_current_build(model_dir: Path) -> bool:
 def _build_atomically(target: Path) -> None:
     """Build beside the target, then rename, so a crash or a concurrent reader never sees half a model."""
     source = onnx_build.packaged_minilm_dir()  # raises BackendUnavailable with the pip command
+    if target.exists() and not target.is_dir():
+        raise BackendUnavailable(f"{target} is a file; point {MODEL_DIR_ENV} at a directory")
     if target.is_dir() and any(target.iterdir()) and not (target / onnx_build.META_FILE).is_file():
         # Never delete a directory we did not write (FUNNEL_MODEL_DIR may point anywhere).
         raise BackendUnavailable(f"{target} exists and is not a funnel ONNX model directory; empty it")

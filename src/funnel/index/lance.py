@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,7 +35,10 @@ LOCK_FILE = ".funnel.lock"
 FORMAT = 1
 # Below this many rows an exact scan beats an ANN index on latency and recall.
 ANN_MIN_ROWS = 50_000
-OLD_VERSION_GRACE = timedelta(minutes=5)
+# optimize() prunes versions older than 7 days unless told otherwise; pruning must wait for the commit.
+NEVER = timedelta(days=36500)
+# Versions this much older than the previous commit are pruned at a commit (see _drop_old_versions).
+PRUNE_MARGIN = timedelta(seconds=30)
 
 _CHUNK_FIELDS = [
     ("chunk_id", pa.string()),
@@ -137,6 +141,7 @@ class LanceStore:
         self._table = None
         self._state_mtime: float | None = None
         self._state: dict | None = None
+        self._lock = threading.Lock()  # one reload at a time when a server shares this store
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -146,8 +151,12 @@ class LanceStore:
                 state = json.load(fh)
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            raise StoreError(f"{self.path} is a file, not an index directory") from None
         except (OSError, json.JSONDecodeError) as e:
             raise StoreError(f"{self.path}: unreadable index state ({e})") from e
+        if not isinstance(state, dict) or not {"version", "embedder", "dim"} <= set(state):
+            raise StoreError(f"{self.path}: {STATE_FILE} is damaged; ingest into a new index")
         if state.get("format") != FORMAT:
             raise StoreError(f"{self.path}: index format {state.get('format')} is not {FORMAT}; re-ingest")
         return state
@@ -161,17 +170,20 @@ class LanceStore:
         """The table pinned at the last committed version, reopened when another process commits."""
         try:
             mtime = (self.path / STATE_FILE).stat().st_mtime_ns
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             mtime = None
-        if self._table is None or mtime != self._state_mtime:
-            state = self._read_state()
-            self._state, self._state_mtime = state, mtime
-            self._table = None
-            if state is not None:
-                table = self._connect().open_table(TABLE)
-                table.checkout(state["version"])
-                self._table = table
-        return self._table
+        with self._lock:
+            if (self._table is None and self._state is None) or mtime != self._state_mtime:
+                state = self._read_state()
+                table = None
+                if state is not None:
+                    try:
+                        table = self._connect().open_table(TABLE)
+                        table.checkout(state["version"])
+                    except Exception as e:  # files deleted or corrupted under us
+                        raise StoreError(f"{self.path}: the index is damaged ({e}); ingest into a new index") from e
+                self._state, self._state_mtime, self._table = state, mtime, table
+            return self._table
 
     def info(self) -> IndexInfo | None:
         self._reader()
@@ -231,7 +243,12 @@ class LanceStore:
 
     @contextmanager
     def transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise StoreError(f"{self.path} is a file, not an index directory") from None
+        except OSError as e:
+            raise StoreError(f"cannot create the index at {self.path}: {e.strerror or e}") from None
         with self._write_lock():
             state = self._read_state()
             if state is not None and (state["embedder"], state["dim"]) != (embedder, dim):
@@ -250,7 +267,7 @@ class LanceStore:
             if tx.changed or state is None:
                 self._refresh_indexes(table)
                 self._write_state(table, embedder, dim)
-                if self._drop_old_versions(table):
+                if state is not None and self._drop_old_versions(table, keep=state["version"]):
                     self._write_state(table, embedder, dim)  # same rows, compacted: point readers there
 
     @contextmanager
@@ -302,16 +319,22 @@ class LanceStore:
         if "vector" not in indexed and rows >= ANN_MIN_ROWS:
             table.create_index(metric="cosine", index_type="IVF_HNSW_SQ", vector_column_name="vector")
         # Folds new rows into existing indexes (FTS and ANN) so queries stay indexed, not scanned.
-        table.optimize()
+        table.optimize(cleanup_older_than=NEVER)
 
-    def _drop_old_versions(self, table) -> bool:
-        """Free the disk held by superseded versions, only after the new state is durable (the old
-        committed version is what a crash before that point falls back to). The grace period lets
-        queries that other processes started on the previous version finish."""
+    def _drop_old_versions(self, table, keep: int) -> bool:
+        """Free the disk held by versions older than `keep`, the version readers used until this commit.
+
+        Runs only after the new state is durable (before that, `keep` is what a crash falls back to).
+        `keep` itself survives until the next commit, so queries other processes started on it finish.
+        Lance prunes by creation time, hence the cut-off is `keep`'s own timestamp."""
         before = table.version
         try:
-            table.optimize(cleanup_older_than=OLD_VERSION_GRACE)
-        except Exception as e:  # disk space is reclaimed by the next commit instead
+            stamps = {v["version"]: v["timestamp"] for v in table.list_versions()}
+            # Both stamps come from Lance's clock (no time-zone guesswork); the newest version was written
+            # moments ago, so "older than newest - keep + margin" cuts just before `keep`.
+            age = stamps[max(stamps)] - stamps[keep] + PRUNE_MARGIN
+            table.optimize(cleanup_older_than=age)
+        except Exception as e:  # disk space is reclaimed by a later commit instead
             log.warning("could not drop old versions of %s: %s", self.path, e)
         return table.version != before
 

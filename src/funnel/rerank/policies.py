@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import threading
 from dataclasses import dataclass
 from enum import Enum
 
@@ -49,8 +48,29 @@ class SecondStageResult:
     truncated: tuple[int, ...] = ()
 
 
-# Rerankers run here so a hung backend can be abandoned after its timeout.
-_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="funnel-rerank")
+def _call_with_timeout(fn, args: tuple, timeout_s: float | None):
+    """fn(*args) on a daemon thread: a hung backend is abandoned after the timeout and can never keep
+    the process from exiting (a pool's worker threads would be joined at exit)."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, name="funnel-rerank", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise _Timeout
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+class _Timeout(Exception):
+    pass
 
 
 def second_stage(
@@ -67,9 +87,9 @@ def second_stage(
         return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
     started = time.perf_counter()
     try:
-        result = _executor.submit(reranker.rerank, query, candidates).result(timeout=timeout_s)
+        result = _call_with_timeout(reranker.rerank, (query, candidates), timeout_s)
         scores = _validated(result, len(candidates))
-    except FutureTimeout:
+    except _Timeout:
         return _fallback(candidates, f"{reranker.name} timed out after {timeout_s:g}s")
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")

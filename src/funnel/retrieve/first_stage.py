@@ -38,10 +38,11 @@ def first_stage(
     n_candidates: int,
     config: FirstStageConfig,
     filter: Filter | None = None,
+    max_per_document: int | None = None,
 ) -> list[Candidate]:
     """Candidates in first-stage order, each carrying its BM25, dense and fused rank and score."""
     lexical, dense = retrieve(store, embedder, query, max(config.per_retriever, n_candidates), config, filter)
-    return fuse(lexical, dense, n_candidates, config)
+    return fuse(lexical, dense, n_candidates, config, max_per_document)
 
 
 def retrieve(
@@ -63,9 +64,16 @@ def retrieve(
 
 
 def fuse(
-    lexical: list[ScoredChunk], dense: list[ScoredChunk], n_candidates: int, config: FirstStageConfig
+    lexical: list[ScoredChunk],
+    dense: list[ScoredChunk],
+    n_candidates: int,
+    config: FirstStageConfig,
+    max_per_document: int | None = None,
 ) -> list[Candidate]:
-    """RRF of the two lists (either may be empty), top n_candidates, with every rank kept."""
+    """RRF of the two lists (either may be empty), top n_candidates, with every rank kept.
+
+    `max_per_document` caps how many chunks one document may bring, so a long document cannot fill the
+    whole candidate window and leave fewer than k documents to return."""
     by_id = {s.chunk.chunk_id: s.chunk for s in lexical + dense}
     bm25_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(lexical, start=1)}
     dense_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(dense, start=1)}
@@ -74,6 +82,15 @@ def fuse(
         k=config.rrf_k,
         weights=[config.bm25_weight, config.dense_weight],
     )
+    if max_per_document is not None:
+        taken: dict[str, int] = {}
+        capped = []
+        for chunk_id, score in fused:
+            doc_id = by_id[chunk_id].doc_id
+            if taken.get(doc_id, 0) < max_per_document:
+                taken[doc_id] = taken.get(doc_id, 0) + 1
+                capped.append((chunk_id, score))
+        fused = capped
     candidates = []
     for rank, (chunk_id, score) in enumerate(fused[:n_candidates], start=1):
         b = bm25_rank.get(chunk_id, (None, None))
