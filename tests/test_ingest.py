@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -176,6 +178,140 @@ def test_kinds_languages_and_sorted_order(tmp_path):
     assert any("Zentara" in s.text for s in load(disguised, "r", "report.txt").sections)
 
 
+def test_a_named_file_is_no_removal_root(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "one.txt", "one\n")
+    write(docs / "two.txt", "two\n")
+    write(tmp_path / "other" / "three.txt", "three\n")
+
+    one_file = discover([docs / "one.txt"])
+    assert [f.path.name for f in one_file.files] == ["one.txt"]
+    assert one_file.roots == [docs.resolve()]  # still used to display the file as "one.txt"
+    assert one_file.removal_roots == [] and one_file.unlisted == []
+
+    mixed = discover([docs / "one.txt", tmp_path / "other", tmp_path / "other"])
+    assert mixed.removal_roots == [(tmp_path / "other").resolve()]
+
+    folder = discover([docs])
+    assert folder.removal_roots == [docs.resolve()] and folder.unlisted == []
+
+
+def test_a_folder_that_cannot_be_listed_is_a_problem_and_unlisted(tmp_path, monkeypatch):
+    write(tmp_path / "open" / "a.txt", "a\n")
+    locked = tmp_path / "locked"
+    write(locked / "b.txt", "b\n")
+    real_scandir = os.scandir
+
+    def scandir(path):
+        # Root ignores permission bits, so EACCES is raised here rather than with chmod.
+        if Path(path) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_scandir(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "scandir", scandir)
+        result = discover([tmp_path])
+
+    assert names(result) == ["open/a.txt"]
+    problems = [(p.path, p.reason) for p in result.problems]
+    assert problems == [(str(locked), "cannot list folder (Permission denied)")]
+    assert result.unlisted == [locked.resolve()]
+    assert result.removal_roots == [tmp_path.resolve()]
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="needs POSIX permissions, not root")
+def test_unreadable_folder_and_file_with_real_permissions(tmp_path):
+    write(tmp_path / "ok.txt", "ok\n")
+    locked = tmp_path / "locked"
+    write(locked / "b.txt", "b\n")
+    secret = write(tmp_path / "secret.txt", "s\n")
+    locked.chmod(0)
+    secret.chmod(0)
+    try:
+        result = discover([tmp_path])
+    finally:
+        locked.chmod(0o755)
+        secret.chmod(0o644)
+
+    assert names(result) == ["ok.txt"]
+    assert set(result.unlisted) == {locked.resolve(), secret.resolve()}
+    assert all("Permission denied" in p.reason for p in result.problems) and len(result.problems) == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
+def test_a_broken_symlink_loop_in_a_folder_is_a_problem_not_an_exception(tmp_path):
+    write(tmp_path / "ok.py", "x = 1\n")
+    os.symlink(tmp_path / "loop.py", tmp_path / "loop.py")
+
+    result = discover([tmp_path])
+
+    assert names(result) == ["ok.py"]
+    assert "Too many levels of symbolic links" in reasons(result)["loop.py"]
+    assert result.unlisted == [Path(os.path.abspath(tmp_path / "loop.py"))]
+
+
+def test_names_too_long_are_problems_not_exceptions(tmp_path):
+    too_long = tmp_path / ("a" * 300)
+    result = discover([too_long, too_long / "file.txt", tmp_path])
+    assert result.files == []
+    assert {p.path: p.reason for p in result.problems} == {
+        str(too_long): "cannot access (File name too long)",
+        str(too_long / "file.txt"): "cannot access (File name too long)",
+    }
+    assert result.removal_roots == [tmp_path.resolve()]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="builds a path longer than Linux's PATH_MAX with dir_fd")
+def test_a_tree_deeper_than_path_max_is_a_problem_not_an_exception(tmp_path):
+    write(tmp_path / "top.txt", "top\n")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for level in range(24):  # 24 x 202 characters > 4096: only relative to an open folder can it be made
+            name = f"{level:02d}" + "d" * 199
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(leaf, b"deep\n")
+        os.close(leaf)
+    finally:
+        os.close(fd)
+
+    try:
+        result = discover([tmp_path])
+    finally:
+        shutil.rmtree(tmp_path / ("00" + "d" * 199))
+
+    assert names(result) == ["top.txt"]
+    assert result.problems and all("File name too long" in p.reason for p in result.problems)
+    assert result.unlisted and all(p.is_relative_to(tmp_path.resolve()) for p in result.unlisted)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
+def test_folder_symlinks_out_of_the_named_folder_are_not_followed(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "a.txt", "a\n")
+    write(docs / "sub" / "b.txt", "b\n")
+    write(tmp_path / "outside" / "secret.txt", "s\n")
+    write(tmp_path / "parent.txt", "p\n")
+    os.symlink(docs / "sub", docs / "inner")  # inside the root: followed (and de-duplicated)
+    os.symlink("..", docs / "up")  # the parent tree
+    os.symlink(tmp_path / "outside", docs / "ext")
+    os.symlink(tmp_path / "outside" / "secret.txt", docs / "linked.txt")  # a file link is not a folder walk
+
+    result = discover([docs])
+
+    assert sorted(f.path.name for f in result.files) == ["a.txt", "b.txt", "secret.txt"]
+    assert set(reasons(result)) == {"up", "ext"}
+    assert all("not followed" in r for r in reasons(result).values())
+    assert result.unlisted == []
+
+    named = discover([docs / "ext"])  # a symlink the user names is followed
+    assert [f.path.name for f in named.files] == ["secret.txt"]
+    assert named.removal_roots == [(tmp_path / "outside").resolve()]
+
+
 def test_sample_repo_honours_its_gitignore():
     result = discover([SAMPLES / "repo"])
     found = names(result)
@@ -191,6 +327,32 @@ def test_non_utf8_text_loads(tmp_path):
     path = write(tmp_path / "legacy.txt", "Caf\u00e9 prices rose \u20ac3 in 2024.\n".encode("cp1252"))
     loaded = load_text(path, "d", "legacy.txt")
     assert loaded.sections[0].text == "Caf\u00e9 prices rose \u20ac3 in 2024."
+
+
+def test_utf8_with_a_bad_byte_is_still_utf8(tmp_path):
+    prose = "Gr\u00fc\u00dfe aus M\u00fcnchen \u2014 na\u00efve caf\u00e9 prices.\n" * 20
+    raw = prose.encode("utf-8")
+    path = write(tmp_path / "mostly.txt", raw[:100] + b"\xff" + raw[100:])
+    text = load_text(path, "d", "mostly.txt").sections[0].text
+    assert text.count("\ufffd") == 1 and "\u00c3" not in text  # one replacement, no mojibake
+    assert text.replace("\ufffd", "") == prose.strip()
+
+    cjk = ("\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3067\u3059\u3002" * 40).encode("utf-8")
+    path = write(tmp_path / "cjk.txt", cjk[:60] + b"\x80" + cjk[60:])
+    text = load_text(path, "d", "cjk.txt").sections[0].text  # was rejected as binary
+    assert text.count("\ufffd") == 1 and text.count("\u65e5\u672c\u8a9e") == 40
+
+
+def test_ascii_with_a_cp1252_quote_reads_as_cp1252(tmp_path):
+    path = write(tmp_path / "quote.txt", b"It" + b"\x92" + b"s plain ASCII otherwise.\n")
+    assert load_text(path, "d", "quote.txt").sections[0].text == "It\u2019s plain ASCII otherwise."
+
+
+def test_utf8_with_many_bad_bytes_falls_back_to_cp1252(tmp_path):
+    # One valid UTF-8 sequence cannot outvote a dozen cp1252 accents.
+    raw = "\u00e9".encode("utf-8") + " d\u00e9j\u00e0 vu, caf\u00e9.".encode("cp1252") * 6
+    text = load_text(write(tmp_path / "legacy.txt", raw), "d", "legacy.txt").sections[0].text
+    assert "\ufffd" not in text and text.endswith("d\u00e9j\u00e0 vu, caf\u00e9.")
 
 
 def test_utf8_bom_and_crlf(tmp_path):
@@ -216,6 +378,18 @@ def test_empty_file_errors(tmp_path, content):
         load_markdown(path, "d", "empty.md")
     with pytest.raises(IngestError, match="empty file"):
         load_text(path, "d", "empty.md")
+
+
+def test_markdown_of_headings_alone_indexes_the_headings(tmp_path):
+    source = "# Roadmap\n\n## Phase one: warehouse pilots\n\n### Cold storage\n"
+    loaded = load_markdown(write(tmp_path / "outline.md", source), "d", "outline.md")
+    assert [(s.kind, s.line_start, s.line_end) for s in loaded.sections] == [(SectionKind.PROSE, 1, 5)]
+    assert loaded.sections[0].text == source.strip()
+    chunks = chunk_document(loaded, HashingEmbedder())
+    assert "Phase one: warehouse pilots" in chunks[0].text and "Cold storage" in chunks[0].text
+
+    setext = load_markdown(write(tmp_path / "setext.md", "Title\n=====\n"), "d", "setext.md")
+    assert setext.sections[0].text == "Title\n====="
 
 
 MARKDOWN = """\
@@ -319,6 +493,53 @@ def test_sample_pdf_chunks_never_span_pages():
     assert "Company: Zentara Robotics | CEO: Iris Kallas" in row.text
     context = "portfolio_companies.pdf > Annual Portfolio Review 2024 > Portfolio companies"
     assert row.text.startswith(context + "\n")
+
+
+def build_parts_pdf(path: Path, repeat_header: bool, then: list | None = None) -> Path:
+    """Three pages of one ruled table of parts; the header row repeats on each page only if asked."""
+    pytest.importorskip("reportlab")
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table, TableStyle
+
+    styles = getSampleStyleSheet()
+    parts = [(f"P-{i:03d}", f"Supplier {i}", f"{i}.00") for i in range(1, 81)]
+    rows = [("Part", "Supplier", "Price"), *parts]
+    table = Table(rows, repeatRows=1 if repeat_header else 0)
+    table.setStyle(TableStyle([("GRID", (0, 0), (-1, -1), 0.5, colors.grey)]))
+    story = [Paragraph("Parts list", styles["Heading2"]), table]
+    for item in then or []:
+        story.append(Paragraph(item, styles["Heading2"]) if isinstance(item, str) else item)
+    SimpleDocTemplate(str(path), pagesize=A4, invariant=1).build(story)
+    return path
+
+
+@pytest.mark.parametrize("repeat_header", [False, True])
+def test_pdf_table_continued_over_pages_keeps_its_header(tmp_path, repeat_header):
+    path = build_parts_pdf(tmp_path / "parts.pdf", repeat_header)
+    loaded = load_pdf(path, "d", "parts.pdf")
+    tables = [s for s in loaded.sections if s.kind == SectionKind.TABLE]
+    rows = [line for s in tables for line in s.text.split("\n")]
+
+    assert {s.page for s in tables} == {1, 2, 3}  # the table really does run over two page breaks
+    assert rows == [f"Part: P-{i:03d} | Supplier: Supplier {i} | Price: {i}.00" for i in range(1, 81)]
+
+
+def test_pdf_new_table_after_a_heading_on_the_next_page_keeps_its_own_header(tmp_path):
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import PageBreak, Paragraph, Table
+
+    other = Table([("Item", "Vendor", "Cost")] + [(f"I-{i}", f"Vendor {i}", f"{i}") for i in range(3)])
+    other.setStyle([("GRID", (0, 0), (-1, -1), 0.5, "grey")])
+    # Body text, so the headings stand out from it as headings.
+    body = getSampleStyleSheet()["BodyText"]
+    note = Paragraph("Consumables are ordered monthly from the approved vendors. " * 3, body)
+    path = build_parts_pdf(tmp_path / "two.pdf", False, then=[PageBreak(), "Consumables", other, note])
+    loaded = load_pdf(path, "d", "two.pdf")
+    last = [s for s in loaded.sections if s.kind == SectionKind.TABLE][-1]
+    assert last.heading == "Consumables"
+    assert last.text.split("\n")[0] == "Item: I-0 | Vendor: Vendor 0 | Cost: 0"
 
 
 def test_corrupt_pdf_errors_cleanly(tmp_path):
@@ -435,6 +656,12 @@ def test_python_syntax_error_falls_back_to_heuristic(tmp_path):
         ("broken", 5, 6),
         ("Later", 8, 9),
     ]
+
+
+def test_python_too_deep_for_ast_falls_back_to_heuristic(tmp_path):
+    source = "x = 1" + " + 1" * 200_000 + "\n\ndef after():\n    return x\n"
+    loaded = load_code(write(tmp_path / "generated.py", source), "c", "generated.py")  # RecursionError before
+    assert [(s.heading, s.line_start, s.line_end) for s in loaded.sections] == [(None, 1, 1), ("after", 3, 4)]
 
 
 def test_heuristic_for_other_languages(tmp_path):

@@ -120,7 +120,9 @@ def python_spans(text: str, lines: list[str]) -> list[_Span] | None:
     """Definitions and the module-level code between them; None when the file does not parse."""
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    # A long chain like `x = 1 + 1 + ...` parses but overflows the AST builder's recursion limit;
+    # generated files of that shape are real, and the heuristic splitter handles them.
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return _fill_gaps(_python_definitions(tree.body, lines, 1, None), 1, len(lines), None)
 

@@ -3,7 +3,8 @@
 Tables are the reason this loader exists. Flattened to text, a table row loses its headers and a question
 like "who is the CEO of Zentara Robotics?" has nothing to match; as "Company: Zentara Robotics | CEO: Iris
 Kallas" the row answers it alone. Text inside a table's box is taken out of the prose so it is not
-indexed twice.
+indexed twice. A table that runs on over a page break without repeating its header row keeps the header
+of the page before.
 """
 
 from __future__ import annotations
@@ -24,16 +25,43 @@ _HEADING_SIZE_RATIO = 1.15
 _HEADING_MAX_CHARS = 120
 # A vertical gap wider than this share of the line height starts a new paragraph.
 _PARAGRAPH_GAP_RATIO = 0.6
+# A table continued on the next page sits between the same left and right edges, to within this (points).
+_SAME_EDGE_POINTS = 3.0
 
 
 @dataclass(frozen=True)
 class _Block:
-    """A piece of a page in reading order: a paragraph, a heading or a table."""
+    """A piece of a page's text in reading order: a paragraph or a heading."""
 
     top: float
-    kind: str  # "paragraph" | "heading" | "table"
+    kind: str  # "paragraph" | "heading"
     text: str
     size: float = 0.0  # font size, for headings: a larger heading is an outer one
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A table as extracted: its rows still raw, since its header may be on the page before."""
+
+    top: float
+    x0: float
+    x1: float
+    rows: list[list[str]]
+
+    @property
+    def n_columns(self) -> int:
+        return max(len(row) for row in self.rows)
+
+
+@dataclass(frozen=True)
+class _Header:
+    """The header row in force for the last table read, and where that table was."""
+
+    page: int
+    x0: float
+    x1: float
+    n_columns: int
+    cells: list[str]  # whitespace-normalised, as in the header row
 
 
 @dataclass(frozen=True)
@@ -107,37 +135,75 @@ def _sections(pages: list[Any]) -> list[Section]:
     def heading() -> str | None:
         return " > ".join(text for _, text in headings) or None
 
+    last_header: _Header | None = None  # of the last table read, for one that runs on over a page break
     for number, (tables, lines) in enumerate(read, start=1):
         prose: list[str] = []
+        first_table = True
 
         def flush(prose: list[str] = prose, number: int = number) -> None:
             if prose:
                 sections.append(Section(text="\n\n".join(prose), page=number, heading=heading()))
                 prose.clear()
 
-        for block in sorted(tables + _text_blocks(lines, body_size), key=lambda b: b.top):
-            if block.kind == "heading":
+        blocks: list[_Block | _Table] = [*tables, *_text_blocks(lines, body_size)]
+        for block in sorted(blocks, key=lambda b: b.top):
+            if isinstance(block, _Table):
                 flush()
+                continued = first_table and _continues(last_header, block, number)
+                first_table = False
+                last_header, rows = _header_and_body(block, number, last_header if continued else None)
+                if text := _table_text(last_header.cells, rows):
+                    table = Section(text=text, kind=SectionKind.TABLE, page=number, heading=heading())
+                    sections.append(table)
+            elif block.kind == "heading":
+                flush()
+                last_header = None  # a table under a new heading is a new table
                 while headings and headings[-1][0] <= block.size + 0.1:
                     headings.pop()
                 headings.append((block.size, block.text))
-            elif block.kind == "table":
-                flush()
-                table = Section(text=block.text, kind=SectionKind.TABLE, page=number, heading=heading())
-                sections.append(table)
             else:
                 prose.append(block.text)
         flush()
     return sections
 
 
-def _read_page(page: Any) -> tuple[list[_Block], list[_Line]]:
-    """The page's tables as blocks and its other text as lines; the page's caches are freed after."""
-    tables = [(t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract())]
-    blocks = [
-        _Block(top=bbox[1], kind="table", text=text) for bbox, rows in tables if (text := _table_text(rows))
+def _continues(previous: _Header | None, table: _Table, page: int) -> bool:
+    """Whether `table`, the first on `page`, runs on from the last table of the page before."""
+    return (
+        previous is not None
+        and previous.page == page - 1
+        and previous.n_columns == table.n_columns
+        and abs(previous.x0 - table.x0) <= _SAME_EDGE_POINTS
+        and abs(previous.x1 - table.x1) <= _SAME_EDGE_POINTS
+    )
+
+
+def _header_and_body(table: _Table, page: int, inherited: _Header | None) -> tuple[_Header, list[list[str]]]:
+    """The header in force for `table` and its data rows.
+
+    A continued table may repeat its header row (dropped as data) or not (then its first row is data).
+    """
+    first = _normalised(table.rows[0])
+    if inherited is None:
+        header = _Header(page, table.x0, table.x1, table.n_columns, first)
+        return header, table.rows[1:]
+    header = _Header(page, table.x0, table.x1, inherited.n_columns, inherited.cells)
+    repeated = first == inherited.cells
+    return header, table.rows[1:] if repeated else table.rows
+
+
+def _normalised(cells: list[str]) -> list[str]:
+    return [" ".join(cell.split()) for cell in cells]
+
+
+def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
+    """The page's tables and its other text as lines; the page's caches are freed after."""
+    found = [(t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract())]
+    tables = [
+        _Table(top=bbox[1], x0=bbox[0], x1=bbox[2], rows=[[cell or "" for cell in row] for row in rows])
+        for bbox, rows in found
     ]
-    boxes = [bbox for bbox, _ in tables]
+    boxes = [bbox for bbox, _ in found]
 
     def outside_tables(obj: dict[str, Any]) -> bool:
         if obj.get("object_type") != "char":
@@ -154,7 +220,7 @@ def _read_page(page: Any) -> tuple[list[_Block], list[_Line]]:
             size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
             lines.append(_Line(text, top=raw["top"], bottom=raw["bottom"], size=size, n_chars=len(chars)))
     page.close()  # pdfplumber keeps every parsed object of a page until closed; long PDFs add up
-    return blocks, lines
+    return tables, lines
 
 
 def _is_real_table(rows: list[list[str | None]]) -> bool:
@@ -162,10 +228,9 @@ def _is_real_table(rows: list[list[str | None]]) -> bool:
     return len(rows) >= 2 and max(len(r) for r in rows) >= 2
 
 
-def _table_text(raw_rows: list[list[str | None]]) -> str:
-    rows = [[cell or "" for cell in row] for row in raw_rows]
-    headers = name_headers(rows[0])
-    lines = [table_row_line(headers, row) for row in rows[1:]]
+def _table_text(header_cells: list[str], rows: list[list[str]]) -> str:
+    headers = name_headers(header_cells)
+    lines = [table_row_line(headers, row) for row in rows]
     return "\n".join(line for line in lines if line)
 
 

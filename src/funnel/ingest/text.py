@@ -17,6 +17,11 @@ from funnel.types import Document, LoadedDocument, Section, SectionKind
 
 # More than this share of control characters and the "text" is really binary data.
 _MAX_CONTROL_SHARE = 0.02
+# A UTF-8 file with a few bad bytes (a stray cp1252 quote, a truncated copy-paste) is still UTF-8: up to
+# this many undecodable bytes, or this share of the characters if more, cost a U+FFFD each, not the file.
+_MAX_REPLACEMENTS = 8
+_MAX_REPLACEMENT_SHARE = 0.01
+_REPLACEMENT = "\ufffd"
 _ALLOWED_CONTROLS = frozenset("\t\n\r\f\v\x1b")
 
 _ATX_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -38,7 +43,10 @@ def read_source(path: Path, display_path: str) -> tuple[bytes, str]:
 
 
 def decode_text(raw: bytes, display_path: str) -> str:
-    """UTF-8 (BOM allowed) or UTF-16 with BOM; else cp1252/latin-1, but only for bytes that read as text."""
+    """UTF-8 (BOM allowed, rare bad bytes replaced) or UTF-16 with BOM; else cp1252/latin-1.
+
+    Whatever the encoding, only bytes that read as text pass.
+    """
     if raw.startswith(codecs.BOM_UTF8):
         text = raw[len(codecs.BOM_UTF8) :].decode("utf-8", errors="replace")
     elif raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -54,14 +62,7 @@ def decode_text(raw: bytes, display_path: str) -> str:
 
 def load_text(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
     raw, text = read_source(path, display_path)
-    lines = text.split("\n")
-    first, last = _non_blank_bounds(lines)
-    section = Section(
-        text="\n".join(lines[first : last + 1]),
-        kind=SectionKind.PROSE,
-        line_start=first + 1,
-        line_end=last + 1,
-    )
+    section = _whole_text_section(text.split("\n"))
     return LoadedDocument(document=_document(doc_id, display_path, "text", raw), sections=(section,))
 
 
@@ -74,8 +75,16 @@ def load_markdown(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
 
 
 def parse_markdown(text: str) -> list[Section]:
-    """Sections in file order: prose per heading (fenced code kept inside), pipe tables as TABLE sections."""
-    return _MarkdownSplitter(text.split("\n")).run()
+    """Sections in file order: prose per heading (fenced code kept inside), pipe tables as TABLE sections.
+
+    A file of headings alone (an outline, a stub) has no section under any heading; its heading lines,
+    as they are on disk, become one section, since they are all the file says. Only blank text gives none.
+    """
+    lines = text.split("\n")
+    sections = _MarkdownSplitter(lines).run()
+    if not sections and text.strip():
+        sections = [_whole_text_section(lines)]
+    return sections
 
 
 def table_row_line(headers: list[str], cells: list[str]) -> str:
@@ -98,10 +107,27 @@ def _decode_legacy(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    text = raw.decode("utf-8", errors="replace")
+    if _mostly_utf8(raw, text):
+        return text
     try:
         return raw.decode("cp1252")  # what most non-UTF-8 Western text files are
     except UnicodeDecodeError:
         return raw.decode("latin-1")  # maps every byte; _looks_like_text decides if that made sense
+
+
+def _mostly_utf8(raw: bytes, text: str) -> bool:
+    """Whether `text`, `raw` decoded as UTF-8 with replacement, is UTF-8 with a few bad bytes.
+
+    It is when the bad bytes are rare and the file also holds valid multi-byte sequences. Without any,
+    nothing says UTF-8: the bytes are a legacy encoding, and cp1252 reads them whole (an ASCII file with
+    one cp1252 quote). cp1252 prose, in turn, almost never forms valid UTF-8 sequences by chance.
+    """
+    bad = text.count(_REPLACEMENT) - raw.count(_REPLACEMENT.encode("utf-8"))
+    valid_non_ascii = len(text) - len(text.encode("ascii", errors="ignore")) - bad
+    if bad > max(_MAX_REPLACEMENTS, _MAX_REPLACEMENT_SHARE * len(text)):
+        return False
+    return bad <= valid_non_ascii
 
 
 def _looks_like_text(text: str) -> bool:
@@ -112,9 +138,16 @@ def _looks_like_text(text: str) -> bool:
     return controls / len(sample) <= _MAX_CONTROL_SHARE
 
 
-def _non_blank_bounds(lines: list[str]) -> tuple[int, int]:
+def _whole_text_section(lines: list[str]) -> Section:
+    """One PROSE section from the first to the last non-blank line; `lines` must hold one."""
     non_blank = [i for i, line in enumerate(lines) if line.strip()]
-    return non_blank[0], non_blank[-1]
+    first, last = non_blank[0], non_blank[-1]
+    return Section(
+        text="\n".join(lines[first : last + 1]),
+        kind=SectionKind.PROSE,
+        line_start=first + 1,
+        line_end=last + 1,
+    )
 
 
 def _document(doc_id: str, display_path: str, kind: str, raw: bytes) -> Document:

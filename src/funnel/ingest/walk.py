@@ -3,12 +3,15 @@
 Folders are walked the way a developer expects a repository tool to behave: `.gitignore` files are
 honoured, dependency and build folders are skipped, binaries and huge files are left out. Everything
 that is skipped for a reason the user may care about comes back as an `IngestError`, never an exception.
+A folder walk stays inside the folder the user named: a symlink to a folder elsewhere is not followed.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
@@ -70,6 +73,12 @@ class DiscoveryResult:
     files: list[SourceFile]
     problems: list[IngestError]
     roots: list[Path]  # resolved folders the files were found under (a named file's parent folder)
+    # Only the folders the user named, resolved: a stored document under one that was not found this
+    # run has left the disk. A named file's parent is not one, or naming one file would drop its siblings.
+    removal_roots: list[Path] = field(default_factory=list)
+    # Folders and files under a named folder that could not be listed or stat'ed (resolved where the
+    # file system allows): what was stored under them may still be there, so it must not be removed.
+    unlisted: list[Path] = field(default_factory=list)
 
     def display_path(self, source: SourceFile) -> str:
         """The file's path relative to the innermost root holding it, in POSIX form; absolute otherwise."""
@@ -92,23 +101,34 @@ def discover(
     """
     walker = _Walker(max_bytes=max_bytes, max_pdf_bytes=max_pdf_bytes)
     roots: list[Path] = []
+    removal_roots: list[Path] = []
     for given in paths:
         path = Path(given).expanduser()
-        if not path.exists():
-            walker.problems.append(IngestError(str(given), "does not exist"))
+        try:
+            if not path.exists():
+                walker.problems.append(IngestError(str(given), "does not exist"))
+                continue
+            resolved = _resolve(path)
+            is_dir = resolved.is_dir()
+            is_file = not is_dir and resolved.is_file()
+        except OSError as e:  # a name too long, a parent folder the user may not enter, ...
+            walker.problems.append(IngestError(str(given), f"cannot access ({_os_reason(e)})"))
             continue
-        resolved = path.resolve()
-        if resolved.is_dir():
+        if is_dir:
             _add_root(roots, resolved)
+            _add_root(removal_roots, resolved)
             walker.walk_root(resolved)
-        elif resolved.is_file():
+        elif is_file:
             _add_root(roots, resolved.parent)
             walker.add_named_file(resolved, str(given))
         else:
             walker.problems.append(IngestError(str(given), "not a regular file or folder"))
     files = sorted(walker.files.values(), key=lambda f: f.path.as_posix())
     problems = sorted(walker.problems, key=lambda p: p.path)
-    return DiscoveryResult(files=files, problems=problems, roots=roots)
+    unlisted = sorted(set(walker.unlisted), key=lambda p: p.as_posix())
+    return DiscoveryResult(
+        files=files, problems=problems, roots=roots, removal_roots=removal_roots, unlisted=unlisted
+    )
 
 
 def classify(path: Path, head: bytes) -> tuple[str, str | None] | None:
@@ -149,6 +169,25 @@ def _read_head(path: Path) -> bytes:
         return fh.read(SNIFF_BYTES)
 
 
+def _resolve(path: Path) -> Path:
+    """`Path.resolve`, with a symlink loop raised as the OSError it is (Python < 3.13 raises RuntimeError)."""
+    try:
+        return path.resolve()
+    except RuntimeError as e:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from e
+
+
+def _best_resolved(path: Path) -> Path:
+    try:
+        return _resolve(path)
+    except OSError:
+        return Path(os.path.abspath(path))
+
+
+def _os_reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
 def _size_text(n: int) -> str:
     return f"{n / 1_000_000:.1f} MB"
 
@@ -161,6 +200,7 @@ class _Walker:
         self.max_pdf_bytes = max_pdf_bytes
         self.files: dict[Path, SourceFile] = {}
         self.problems: list[IngestError] = []
+        self.unlisted: list[Path] = []
         self._seen_dirs: set[Path] = set()
 
     def add_named_file(self, path: Path, given: str) -> None:
@@ -168,37 +208,56 @@ class _Walker:
         self._consider(path, report_as=given, explicit=True)
 
     def walk_root(self, root: Path) -> None:
-        self._walk(root, _inherited_ignores(root))
+        self._walk(root, self._inherited_ignores(root), root)
 
-    def _walk(self, folder: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> None:
-        real = folder.resolve()
-        if real in self._seen_dirs:  # a symlink loop, or the same folder named twice
+    def _cannot(self, path: Path, what: str, error: OSError) -> None:
+        """Report what the walk could not look into; unless it is gone, what was stored there may live on."""
+        self.problems.append(IngestError(str(path), f"{what} ({_os_reason(error)})"))
+        if not isinstance(error, FileNotFoundError):
+            self.unlisted.append(_best_resolved(path))
+
+    def _walk(self, folder: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], root: Path) -> None:
+        try:
+            real = _resolve(folder)
+            if real in self._seen_dirs:  # a symlink loop, or the same folder named twice
+                return
+            self._seen_dirs.add(real)
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as e:
+            self._cannot(folder, "cannot list folder", e)
             return
-        self._seen_dirs.add(real)
-        spec = _load_gitignore(folder)
+        spec = self._gitignore(folder)
         if spec is not None:
             ignores = [*ignores, (folder, spec)]
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as e:
-            self.problems.append(IngestError(str(folder), f"cannot list folder ({e.strerror or e})"))
-            return
         for entry in entries:
             path = Path(entry.path)
             try:
                 is_dir = entry.is_dir()  # follows symlinks; loops are caught by _seen_dirs
-                is_file = entry.is_file()
-            except OSError:
+                is_file = not is_dir and entry.is_file()
+                # Only a symlink needs resolving, and only one to a folder needs the "inside root" check.
+                target = _resolve(path) if is_dir and entry.is_symlink() else None
+            except OSError as e:
+                self._cannot(path, "cannot read", e)
                 continue
             if is_dir:
                 if entry.name in SKIP_DIRS or _ignored(path, ignores, is_dir=True):
                     continue
-                self._walk(path, ignores)
+                if target is not None and not target.is_relative_to(root):
+                    # `ln -s .. docs/up` would otherwise pull the whole parent tree into the index.
+                    reason = f"symlink to a folder outside {root}, not followed (name it to ingest it)"
+                    self.problems.append(IngestError(str(path), reason))
+                    continue
+                self._walk(path, ignores, root)
             elif is_file and not _ignored(path, ignores, is_dir=False):
                 self._consider(path, report_as=str(path), explicit=False)
 
     def _consider(self, path: Path, report_as: str, explicit: bool) -> None:
-        resolved = path.resolve()
+        try:
+            resolved = _resolve(path)
+        except OSError as e:
+            self._cannot_read(path, report_as, explicit, e)
+            return
         if resolved in self.files:
             return
         suffix = resolved.suffix.lower()
@@ -208,7 +267,7 @@ class _Walker:
             size = resolved.stat().st_size
             head = _read_head(resolved)
         except OSError as e:
-            self.problems.append(IngestError(report_as, f"cannot read ({e.strerror or e})"))
+            self._cannot_read(resolved, report_as, explicit, e)
             return
         kind = classify(resolved, head)
         if kind is None:
@@ -229,38 +288,58 @@ class _Walker:
             return
         self.files[resolved] = SourceFile(path=resolved, kind=kind[0], language=kind[1])
 
+    def _cannot_read(self, path: Path, report_as: str, explicit: bool, error: OSError) -> None:
+        self.problems.append(IngestError(report_as, f"cannot read ({_os_reason(error)})"))
+        if not explicit and not isinstance(error, FileNotFoundError):
+            self.unlisted.append(_best_resolved(path))
+
+    def _gitignore(self, folder: Path) -> pathspec.GitIgnoreSpec | None:
+        try:
+            return _load_gitignore(folder)
+        except OSError as e:
+            # Walking on without its rules may index what it hides; the user should know why.
+            self.problems.append(IngestError(str(folder / ".gitignore"), f"cannot read ({_os_reason(e)})"))
+            return None
+
+    def _inherited_ignores(self, root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
+        """The `.gitignore` files above `root` up to its repository's top, outermost first.
+
+        Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would.
+        """
+        if _exists(root / ".git"):
+            return []
+        ancestors: list[Path] = []
+        for parent in root.parents:
+            ancestors.append(parent)
+            if _exists(parent / ".git"):
+                break
+        else:
+            return []  # not inside a repository: only ignore files at or below the root count
+        specs = []
+        for folder in reversed(ancestors):
+            spec = self._gitignore(folder)
+            if spec is not None:
+                specs.append((folder, spec))
+        return specs
+
 
 def _load_gitignore(folder: Path) -> pathspec.GitIgnoreSpec | None:
+    """The folder's ignore rules; None without a `.gitignore`. OSError when it exists but cannot be read."""
     gitignore = folder / ".gitignore"
-    if not gitignore.is_file():
-        return None
     try:
-        lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        if not stat.S_ISREG(gitignore.stat().st_mode):  # reading a FIFO would block
+            return None
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    text = gitignore.read_text(encoding="utf-8", errors="replace")
+    return pathspec.GitIgnoreSpec.from_lines(text.splitlines())
 
 
-def _inherited_ignores(root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
-    """The `.gitignore` files above `root` up to its repository's top, outermost first.
-
-    Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would.
-    """
-    if (root / ".git").exists():
-        return []
-    ancestors: list[Path] = []
-    for parent in root.parents:
-        ancestors.append(parent)
-        if (parent / ".git").exists():
-            break
-    else:
-        return []  # not inside a repository: only ignore files at or below the root count
-    specs = []
-    for folder in reversed(ancestors):
-        spec = _load_gitignore(folder)
-        if spec is not None:
-            specs.append((folder, spec))
-    return specs
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], is_dir: bool) -> bool:
