@@ -184,6 +184,30 @@ def eval_(
         raise typer.Exit(1)
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    reranker: Annotated[
+        Optional[str], typer.Option(help="none | lexical | ollama:URL | cohere:URL | tei:URL | infinity:URL")
+    ] = None,
+) -> None:
+    """Serve the HTTP API: POST /v1/rerank (Cohere/Jina shape) and /api/rerank (Ollama shape); docs at /docs."""
+    import uvicorn  # here, so the other commands do not pay for importing the web stack
+
+    from funnel.apps.api import create_app
+
+    settings = _settings(reranker=reranker)
+    try:
+        api = create_app(settings)
+    except FunnelError as e:
+        _fail(e)
+    log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
+    served = api.state.reranker.name if api.state.reranker else "none"  # name: a URL without credentials
+    err.print(f"funnel serving on http://{host}:{port} (reranker: {served}); docs at /docs")
+    uvicorn.run(api, host=host, port=port, log_level=log_level)
+
+
 def out_console() -> Console:
     return out
 

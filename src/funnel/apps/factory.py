@@ -8,13 +8,37 @@ from funnel.errors import ConfigError
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
+from funnel.rerank.http import HttpReranker, RerankApi
+from funnel.rerank.lexical import LexicalReranker
 from funnel.retrieve.first_stage import FirstStageConfig
 
 
-def build_reranker(spec: str) -> Reranker | None:
+RERANKER_SPECS = ("none", "lexical", *(f"{api.value}:URL" for api in RerankApi))
+
+
+def build_reranker(
+    spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0
+) -> Reranker | None:
+    """The second-stage backend a spec names (`--reranker` / FUNNEL_RERANKER). Cheap: loads nothing."""
+    spec = spec.strip()
     if spec in ("", "none"):
         return None
-    raise ConfigError(f"unknown reranker {spec!r}; valid: none")
+    if spec == "lexical":
+        return LexicalReranker()
+    # Local model specs ("builtin", "onnx:DIR") go here, before the HTTP forms.
+    kind, sep, url = spec.partition(":")
+    if sep and kind in {api.value for api in RerankApi}:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"reranker {kind}:URL needs an http:// or https:// URL, got {url!r}")
+        return HttpReranker(RerankApi(kind), url, model=model, api_key=api_key, timeout_s=timeout_s)
+    raise ConfigError(f"unknown reranker {spec!r}; valid: {', '.join(RERANKER_SPECS)}")
+
+
+def reranker_from_settings(settings: Settings) -> Reranker | None:
+    key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+    return build_reranker(
+        settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s
+    )
 
 
 def _index_embedder(store: LanceStore) -> str:
@@ -48,7 +72,7 @@ def build_pipeline(settings: Settings) -> Pipeline:
     return Pipeline(
         store=store,
         embedder=load_embedder(settings.embedder or _index_embedder(store), settings.threads),
-        reranker=build_reranker(settings.reranker),
+        reranker=reranker_from_settings(settings),
         config=config,
         max_tokens=settings.max_tokens,
     )

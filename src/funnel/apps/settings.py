@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from funnel.errors import ConfigError
@@ -28,7 +28,12 @@ class Settings(BaseSettings):
     rrf_k: float = Field(60.0, gt=0)
     bm25_weight: float = Field(1.0, ge=0)
     dense_weight: float = Field(1.0, ge=0)
-    reranker: str = Field("none", description="second-stage backend; none = first-stage order")
+    reranker: str = Field(
+        "none",
+        description="second-stage backend: none | lexical | ollama:URL | cohere:URL | tei:URL | infinity:URL",
+    )
+    rerank_model: str | None = Field(None, description="model name sent to an HTTP rerank API")
+    rerank_api_key: SecretStr | None = Field(None, description="bearer token for an HTTP rerank API")
     policy: RerankPolicy = RerankPolicy.GUARANTEED_SLOTS
     guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
     rerank_timeout_s: float = Field(30.0, gt=0)

@@ -1,0 +1,241 @@
+"""Rerankers behind an HTTP API: one class, four wire shapes.
+
+- `ollama`: POST {base}/api/rerank {model, query, documents} -> {"results": [{index, relevance_score}]}
+- `cohere` (also Jina and vLLM): POST {base}/v1/rerank {model, query, documents, top_n} -> the same
+- `tei`: POST {base}/rerank {query, texts, raw_scores, truncate} -> a bare array of {index, score}
+- `infinity`: POST {base}/rerank {model, query, documents, top_n} -> {"results": [...]} or {"data": [...]}
+
+`base` is the server root (e.g. `http://localhost:8080`); a base that already ends with the endpoint path is
+used as it is. The candidates' chunk texts are sent; the answer must hold exactly one score for every
+document sent, else the response is an `UpstreamError` (and the second stage falls back to first-stage order).
+
+Scores: `raw_scores` is always what the API returned. `scores` is the same when every score of the response
+lies in 0..1 (Cohere, Jina, TEI with raw_scores=false, funnel's own server); when any lies outside (logits,
+as some Ollama and vLLM models return), every score of that call goes through a sigmoid. The sigmoid is
+monotonic, so the ranking is the API's either way; only the scale changes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from enum import Enum
+
+import httpx
+
+from funnel.config import parse_enum
+from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout
+from funnel.types import Candidate, RerankResult
+
+STAGE = "rerank"
+_EXCERPT_CHARS = 200
+
+
+class RerankApi(str, Enum):
+    OLLAMA = "ollama"
+    COHERE = "cohere"
+    TEI = "tei"
+    INFINITY = "infinity"
+
+    @classmethod
+    def parse(cls, value: str | RerankApi) -> RerankApi:
+        return parse_enum(cls, value, "rerank api")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    path: str
+    list_keys: tuple[str, ...]  # where the list of results is; () = the body is the list
+    score_key: str
+
+
+_SHAPES = {
+    RerankApi.OLLAMA: _Shape("/api/rerank", ("results",), "relevance_score"),
+    RerankApi.COHERE: _Shape("/v1/rerank", ("results",), "relevance_score"),
+    RerankApi.TEI: _Shape("/rerank", (), "score"),
+    RerankApi.INFINITY: _Shape("/rerank", ("results", "data"), "relevance_score"),
+}
+
+
+class HttpReranker:
+    """A reranker served over HTTP. Cheap to build: no connection is made before the first `rerank`.
+
+    `client` is used as given (tests hand in one over a local server or an `httpx.MockTransport`); without
+    one, an `httpx.Client` is created on first use. `timeout_s` applies to every request either way.
+    `max_documents` splits a long candidate list into several requests for APIs that cap the batch.
+    """
+
+    def __init__(
+        self,
+        api: RerankApi | str,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        client: httpx.Client | None = None,
+        max_documents: int | None = None,
+    ):
+        if max_documents is not None and max_documents < 1:
+            raise ConfigError(f"max_documents must be at least 1, got {max_documents}")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
+        self.api = RerankApi.parse(api)
+        self._shape = _SHAPES[self.api]
+        base = base_url.rstrip("/")
+        self.url = base if base.endswith(self._shape.path) else base + self._shape.path
+        self.model = model
+        self.timeout_s = timeout_s
+        self.max_documents = max_documents
+        self._api_key = api_key
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.Lock()
+        self._shown_url = _without_userinfo(self.url)
+        self.name = f"{self.api.value}:{_without_userinfo(base)}"
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"HttpReranker(api={self.api.value!r}, url={self._shown_url!r}, model={self.model!r})"
+
+    def rerank(self, query: str, candidates: list[Candidate]) -> RerankResult:
+        texts = [c.chunk.text for c in candidates]
+        if not texts:
+            return RerankResult(())
+        step = self.max_documents or len(texts)
+        raw: list[float] = []
+        for start in range(0, len(texts), step):
+            raw.extend(self._scores(query, texts[start : start + step]))
+        scores = raw if all(0.0 <= s <= 1.0 for s in raw) else [_sigmoid(s) for s in raw]
+        return RerankResult(tuple(scores), raw_scores=tuple(raw))
+
+    def close(self) -> None:
+        """Closes the client this reranker created (an injected client belongs to the caller)."""
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- one request ---------------------------------------------------------------------------------
+
+    def _scores(self, query: str, documents: list[str]) -> list[float]:
+        response = self._post(self._payload(query, documents))
+        try:
+            body = response.json()
+        except ValueError:  # JSONDecodeError, or bytes that are not text
+            raise self._error(f"answered malformed JSON: {self._excerpt(response)}") from None
+        return self._parse(body, len(documents))
+
+    def _payload(self, query: str, documents: list[str]) -> dict:
+        if self.api is RerankApi.TEI:
+            # raw_scores=false: TEI applies the model's own activation, so scores arrive in 0..1.
+            # truncate: an over-long passage is cut by TEI rather than failing the whole request.
+            return {"query": query, "texts": documents, "raw_scores": False, "truncate": True}
+        payload: dict = {"query": query, "documents": documents}
+        if self.model:
+            payload["model"] = self.model
+        if self.api in (RerankApi.COHERE, RerankApi.INFINITY):
+            payload["top_n"] = len(documents)  # every document back, not the API's default top few
+        return payload
+
+    def _post(self, payload: dict) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        # user:password in the URL becomes Basic auth (a proxy in front of the API); a key replaces it.
+        url = self._shown_url if self._api_key else self.url
+        try:
+            response = self._http().post(url, json=payload, headers=headers, timeout=self.timeout_s)
+        except httpx.TimeoutException as e:
+            raise UpstreamTimeout(STAGE, f"{self._shown_url} after {self.timeout_s:g}s") from e
+        except httpx.HTTPError as e:  # connection refused, reset, DNS, protocol errors
+            raise self._error(f"cannot reach it: {type(e).__name__}: {self._redact(str(e))}") from e
+        if not response.is_success:
+            raise self._error(f"answered HTTP {response.status_code}: {self._excerpt(response)}")
+        return response
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = httpx.Client()
+        return self._client
+
+    # --- the answer ----------------------------------------------------------------------------------
+
+    def _parse(self, body: object, n: int) -> list[float]:
+        items = self._result_list(body)
+        scores: list[float | None] = [None] * n
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise self._error(f"result {position} is {type(item).__name__}, not an object")
+            index = item.get("index")
+            if index is None:
+                raise self._error(f"result {position} has no index")
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise self._error(f"result {position} has a non-integer index {index!r:.40}")
+            if not 0 <= index < n:
+                raise self._error(f"result {position} has index {index}, out of range for {n} documents")
+            if scores[index] is not None:
+                raise self._error(f"index {index} appears twice")
+            scores[index] = self._score(item, position)
+        missing = [i for i, s in enumerate(scores) if s is None]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+            raise self._error(f"{n - len(missing)} results for {n} documents; missing index {shown}")
+        return scores  # type: ignore[return-value]  # every slot was filled above
+
+    def _result_list(self, body: object) -> list:
+        keys = self._shape.list_keys
+        if not keys:
+            if not isinstance(body, list):
+                raise self._error(f"answered {type(body).__name__}, expected a JSON array of results")
+            return body
+        wanted = " or ".join(repr(k) for k in keys)
+        if not isinstance(body, dict):
+            raise self._error(f"answered {type(body).__name__}, expected an object with {wanted}")
+        for key in keys:
+            if key in body:
+                items = body[key]
+                if not isinstance(items, list):
+                    raise self._error(f"{key!r} is {type(items).__name__}, not a list")
+                return items
+        raise self._error(f"answer has no {wanted}: {self._redact(str(body))[:_EXCERPT_CHARS]}")
+
+    def _score(self, item: dict, position: int) -> float:
+        key = self._shape.score_key
+        value = item.get(key)
+        if value is None:
+            raise self._error(f"result {position} has no {key}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._error(f"result {position} has a non-numeric {key} {value!r:.40}")
+        score = float(value)
+        if not math.isfinite(score):
+            raise self._error(f"result {position} has a non-finite {key} {score}")
+        return score
+
+    # --- messages ------------------------------------------------------------------------------------
+
+    def _error(self, problem: str) -> UpstreamError:
+        return UpstreamError(STAGE, f"{self._shown_url} {problem}")
+
+    def _excerpt(self, response: httpx.Response) -> str:
+        text = " ".join(response.text.split())
+        text = self._redact(text)
+        return (text[:_EXCERPT_CHARS] + "…") if len(text) > _EXCERPT_CHARS else (text or "(empty body)")
+
+    def _redact(self, text: str) -> str:
+        """A server (or a proxy) may echo the request headers back: the key never reaches a message."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)  # no overflow for very negative logits
+    return z / (1.0 + z)
+
+
+def _without_userinfo(url: str) -> str:
+    """`https://user:secret@host/x` -> `https://host/x`: URLs go into messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
