@@ -1,6 +1,7 @@
 """The pipeline end to end on real files, with the deterministic HashingEmbedder."""
 
 import subprocess
+from pathlib import Path
 import sys
 import textwrap
 
@@ -226,3 +227,16 @@ def test_searching_with_another_embedder_is_a_clear_error(tmp_path, corpus):
     other = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=48))
     with pytest.raises(ConfigError, match="built with embedder"):
         other.search("gears")
+
+
+def test_a_file_emptied_on_purpose_leaves_the_index_but_a_corrupt_one_keeps_its_text(tmp_path, corpus):
+    p = make(tmp_path)
+    (corpus / "report.pdf").write_bytes((Path(__file__).parent.parent / "samples/docs/portfolio_companies.pdf").read_bytes())
+    p.ingest([corpus])
+    (corpus / "gears.txt").write_text("")
+    (corpus / "report.pdf").write_bytes(b"%PDF-1.4 truncated by a crashed editor")
+    report = p.ingest([corpus])
+    stored = p.store.document_hashes()
+    assert not any(d.endswith("gears.txt") for d in stored) and report.removed == 1
+    assert any(d.endswith("report.pdf") for d in stored)
+    assert p.search("Zentara Robotics CEO").documents[0].path.endswith("report.pdf")

@@ -156,14 +156,14 @@ class Indexer:
             pending, removed = plan(self.store.document_hashes())
             if removed:
                 tx.delete_documents(removed)
-                report.removed = len(removed)
+                report.removed += len(removed)
             # Batches are cut between documents, so a document's old chunks are deleted in the same
             # batch that adds its new ones, and never after.
             batch: list[Chunk] = []
             replaced: set[str] = set()
-            for done, (item, chunks) in enumerate(self._chunked(pending, report), start=1):
+            for done, (item, chunks, drop_old) in enumerate(self._chunked(pending, report), start=1):
                 batch.extend(chunks)
-                if chunks and not item.is_new:
+                if drop_old and not item.is_new:
                     replaced.add(item.doc_id)
                 if len(batch) >= BATCH:
                     report.chunks += self._write(tx, batch, replaced)
@@ -174,32 +174,37 @@ class Indexer:
 
     def _chunked(
         self, pending: list[_Pending], report: IngestReport
-    ) -> Iterator[tuple[_Pending, list[Chunk]]]:
-        """Each pending document's new chunks; a document that fails to load keeps its old chunks."""
+    ) -> Iterator[tuple[_Pending, list[Chunk], bool]]:
+        """Each pending document's new chunks, and whether its old chunks go. A document that fails to
+        load keeps its old chunks (a corrupt save loses nothing); one that became empty loses them
+        (its text is gone on purpose, and must not stay searchable)."""
         for item in pending:
             try:
                 loaded = item.load()
                 chunks = chunk_document(loaded, self.embedder, self.max_tokens)
             except IngestError as e:
                 report.problems.append(e)
-                yield item, []
+                emptied = e.reason == "empty file" and not item.is_new
+                if emptied:
+                    report.removed += 1
+                yield item, [], emptied
                 continue
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # a parser bug on one odd file must not abort the whole ingest
                 log.warning("loading %s failed", item.doc_id, exc_info=True)
                 report.problems.append(IngestError(item.doc_id, f"could not be read ({type(e).__name__}: {e})"))
-                yield item, []
+                yield item, [], False
                 continue
             if not chunks:
                 report.problems.append(IngestError(loaded.document.path, "no text to index"))
-                yield item, []
+                yield item, [], False
                 continue
             if item.is_new:
                 report.added += 1
             else:
                 report.updated += 1
-            yield item, [replace(c, content_hash=item.fingerprint) for c in chunks]
+            yield item, [replace(c, content_hash=item.fingerprint) for c in chunks], True
 
     def _write(self, tx, chunks: list[Chunk], replaced: set[str]) -> int:
         if replaced:
