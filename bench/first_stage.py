@@ -80,7 +80,7 @@ def main() -> None:
             runs[mode][qid] = {d.doc_id: float(len(result.documents) - d.rank + 1) for d in result.documents}
 
     print(f"{len(queries)} queries (skipped: {split.skipped or 'nothing'})")
-    print(f"| mode | nDCG@10 | recall@100 | MRR@10 | first stage p50 ms | p95 ms |")
+    print("| mode | nDCG@10 | recall@100 | MRR@10 | first stage p50 ms | p95 ms |")
     print("|---|---|---|---|---|---|")
     for mode in modes:
         scores = evaluate(qrels, Run(runs[mode]), METRICS)

@@ -20,6 +20,7 @@ import numpy as np
 
 from funnel.embed import onnx_build
 from funnel.errors import BackendUnavailable, missing_dependency
+from funnel.onnx_runtime import load_session, read_meta
 
 MAX_DEFAULT_THREADS = 8  # beyond this a 384-wide model gains little and starves the rest of the host
 MODEL_DIR_ENV = "FUNNEL_MODEL_DIR"
@@ -133,15 +134,7 @@ class OnnxEmbedder:
         return cls(default_model_dir(), quantized=quantized, threads=threads, batch_size=batch_size)
 
     def _read_meta(self) -> dict[str, Any]:
-        path = self.model_dir / onnx_build.META_FILE
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise BackendUnavailable(
-                f"not an ONNX model directory (no {onnx_build.META_FILE}): {self.model_dir}"
-            ) from None
-        except ValueError as exc:
-            raise BackendUnavailable(f"unreadable {path}: {exc}") from None
+        return read_meta(self.model_dir)
 
     # ---------------------------------------------------------------------------------------------
     # Loading
@@ -156,16 +149,7 @@ class OnnxEmbedder:
                 self._session = self._load_session()
 
     def _load_session(self) -> Any:
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise missing_dependency("the ONNX embedder", "onnxruntime") from None
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1  # the graph is a straight chain; parallelism is inside ops
-        options.log_severity_level = 3  # errors only: ORT warns about harmless things on load
-        return ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
+        return load_session(self.model_path, self.threads, "the ONNX embedder")
 
     def _load_tokenizers(self) -> tuple[Any, Any]:
         try:

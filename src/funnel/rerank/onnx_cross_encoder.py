@@ -12,7 +12,6 @@ Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from funnel.embed import onnx_build
 from funnel.embed.onnx import _default_threads
 from funnel.errors import BackendUnavailable, ConfigError, missing_dependency
+from funnel.onnx_runtime import load_session, read_meta
 from funnel.types import Candidate, RerankResult
 
 BUILTIN_NAME = "funnel-reranker-minilm"
@@ -96,15 +96,7 @@ class OnnxCrossEncoder:
         return cls(builtin_model_dir(), quantized=quantized, threads=threads)
 
     def _read_meta(self) -> dict[str, Any]:
-        path = self.model_dir / onnx_build.META_FILE
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise BackendUnavailable(
-                f"not an ONNX model directory (no {onnx_build.META_FILE}): {self.model_dir}"
-            ) from None
-        except ValueError as exc:
-            raise BackendUnavailable(f"unreadable {path}: {exc}") from None
+        return read_meta(self.model_dir)
 
     # ---------------------------------------------------------------------------------------------
     # Loading
@@ -119,16 +111,7 @@ class OnnxCrossEncoder:
                 self._session = self._load_session()
 
     def _load_session(self) -> Any:
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise missing_dependency("the ONNX cross-encoder", "onnxruntime") from None
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        return ort.InferenceSession(str(self.model_path), options, providers=["CPUExecutionProvider"])
+        return load_session(self.model_path, self.threads, "the ONNX cross-encoder")
 
     def _load_tokenizers(self) -> tuple[Any, Any]:
         try:

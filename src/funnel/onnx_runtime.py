@@ -1,0 +1,33 @@
+"""What the ONNX embedder and the ONNX cross-encoder share: the model folder's metadata and the session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from funnel.embed import onnx_build
+from funnel.errors import BackendUnavailable, missing_dependency
+
+
+def read_meta(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / onnx_build.META_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BackendUnavailable(f"not an ONNX model directory (no {onnx_build.META_FILE}): {model_dir}") from None
+    except ValueError as exc:
+        raise BackendUnavailable(f"unreadable {path}: {exc}") from None
+
+
+def load_session(model_path: Path, threads: int, what: str) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise missing_dependency(what, "onnxruntime") from None
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1  # the graph is a straight chain; parallelism is inside ops
+    options.log_severity_level = 3  # errors only: ORT warns about harmless things on load
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
