@@ -20,7 +20,7 @@ install: $(STAMP)
 
 run: install
 	$(BIN)/funnel ingest samples/docs --index $(DEMO)
-	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
+	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --reranker builtin --explain
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -368,7 +368,7 @@ def test_reranker_specs():
     assert isinstance(build_reranker("lexical"), LexicalReranker)
     tei = build_reranker("tei:http://localhost:8080/", timeout_s=3)
     assert isinstance(tei, HttpReranker) and tei.api is RerankApi.TEI and tei.url == "http://localhost:8080/rerank"
-    with pytest.raises(ConfigError, match="valid: none, lexical, ollama:URL, cohere:URL, tei:URL, infinity:URL"):
+    with pytest.raises(ConfigError, match="valid: none, builtin, onnx:DIR, st:MODEL, lexical, ollama:URL, cohere:URL"):
         build_reranker("cohere-ish")
     with pytest.raises(ConfigError, match="http:// or https://"):
         build_reranker("cohere:localhost:8080")
