@@ -34,16 +34,3 @@ def group(hits: list[Hit], k: int, chunks_per_document: int = 3) -> list[Documen
         )
     return documents
 
-
-def passages(document: DocumentHit) -> list[str]:
-    """The document's hit texts in reading order, with adjacent chunks (ordinal n, n+1) merged."""
-    chunks = sorted((h.chunk for h in document.hits), key=lambda c: c.ordinal)
-    merged: list[str] = []
-    previous = None
-    for chunk in chunks:
-        if previous is not None and chunk.ordinal == previous + 1:
-            merged[-1] = merged[-1] + "\n" + chunk.text
-        else:
-            merged.append(chunk.text)
-        previous = chunk.ordinal
-    return merged
