@@ -66,6 +66,21 @@ def _ranking(hits: list[Hit], evalset: EvalSet, qid: str, depth: int) -> list[st
     return units
 
 
+def _window(pool: list[Candidate], size: int, per_document: int) -> list[Candidate]:
+    """The candidates the product hands to the reranker: the first `size` in first-stage order, at most
+    `per_document` chunks of any one document (as `Pipeline.search` takes them)."""
+    taken: dict[str, int] = {}
+    window = []
+    for candidate in pool:
+        doc_id = candidate.chunk.doc_id
+        if taken.get(doc_id, 0) < per_document:
+            taken[doc_id] = taken.get(doc_id, 0) + 1
+            window.append(candidate)
+            if len(window) == size:
+                break
+    return window
+
+
 def _window_then_tail(window_hits: list[Hit], tail: list[Candidate]) -> list[Hit]:
     """Reranked window first, then the rest of the first stage in its own order."""
     start = len(window_hits)
@@ -112,14 +127,15 @@ def run_eval(
         }
         t1 = time.perf_counter()
         scores: dict[Retrieval, tuple[list[float] | None, str]] = {}
+        windows: dict[Retrieval, list[Candidate]] = {}
         for base in {v.retrieval for v in active if v.reranks}:
+            windows[base] = _window(candidates[base], window, config.chunks_per_document)
             result = second_stage(
-                query, candidates[base][:window], pipeline.reranker, RerankPolicy.REPLACE,
-                timeout_s=config.rerank_timeout_s,
+                query, windows[base], pipeline.reranker, RerankPolicy.REPLACE, timeout_s=config.rerank_timeout_s,
             )
             if result.status is RerankStatus.OK:
                 by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
-                scores[base] = ([by_id[c.chunk.chunk_id] for c in candidates[base][:window]], "")
+                scores[base] = ([by_id[c.chunk.chunk_id] for c in windows[base]], "")
             else:
                 scores[base] = (None, result.reason)
         t2 = time.perf_counter()
@@ -130,8 +146,10 @@ def run_eval(
                 runs[v.name].fallbacks[scores[v.retrieval][1]] += 1
                 hits = identity(pool)
             elif v.reranks:
-                head = apply_policy(v.policy, pool[:window], scores[v.retrieval][0], config.guaranteed, config.rrf_k)
-                hits = _window_then_tail(head, pool[window:])
+                head_candidates = windows[v.retrieval]
+                head = apply_policy(v.policy, head_candidates, scores[v.retrieval][0], config.guaranteed, config.rrf_k)
+                in_head = {c.chunk.chunk_id for c in head_candidates}
+                hits = _window_then_tail(head, [c for c in pool if c.chunk.chunk_id not in in_head])
             else:
                 hits = identity(pool)
             runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
