@@ -446,7 +446,9 @@ def test_every_variant_is_evaluated_and_rerank_variants_skip_without_a_reranker(
     results = report.results_json(scores, report.gate(scores))
     assert set(scores.values) == {"bm25", "dense", "hybrid"} and set(scores.comparisons) == {"bm25", "dense"}
     assert all(results["variants"][n]["skipped"] == "no reranker configured" for n in RERANK_VARIANTS)
-    assert results["gate"]["passed"]
+    # A gate asked to vouch for rerank variants that never ran must not pass.
+    assert not results["gate"]["passed"]
+    assert all(any(f.startswith(n + " was not evaluated") for f in results["gate"]["failures"]) for n in RERANK_VARIANTS)
 
 
 def test_with_a_reranker_all_six_variants_run_from_one_rerank_per_query(beir_suite):
@@ -622,13 +624,22 @@ def test_cli_eval_writes_results_report_and_plot(tmp_path):
 
 def test_cli_gate_checks_only_variants_built_on_the_baseline(tmp_path):
     write_beir(tmp_path / "tiny")
+    result = funnel("eval", "--dataset", "tiny", "--out", "out", "--variants", "bm25,hybrid,bm25+rerank(rrf)",
+                    "--reranker", "lexical", "--fail-if-worse-than", "bm25", cwd=tmp_path)
+    no_traceback(result)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["baseline"] == "bm25" and set(results["comparisons"]) == {"hybrid", "bm25+rerank(rrf)"}
+    gated = [f for f in results["gate"]["failures"] if not f.startswith("bm25+rerank(rrf)")]
+    assert gated == []  # hybrid is not a bm25+... variant, so it is never gated
+    assert result.returncode == (0 if results["gate"]["passed"] else 1)
+
+
+def test_cli_gate_with_nothing_to_check_fails(tmp_path):
+    write_beir(tmp_path / "tiny")
     result = funnel("eval", "--dataset", "tiny", "--out", "out", "--variants", "bm25,hybrid",
                     "--fail-if-worse-than", "bm25", cwd=tmp_path)
     no_traceback(result)
-    assert result.returncode == 0, result.stderr
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["baseline"] == "bm25" and set(results["comparisons"]) == {"hybrid"}
-    assert results["gate"] == {"passed": True, "failures": []}  # hybrid is not a bm25+... variant
+    assert result.returncode == 1 and "nothing to gate" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -196,10 +196,8 @@ def eval_(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
-    reranker: Annotated[
-        Optional[str], typer.Option(help="none | lexical | ollama:URL | cohere:URL | tei:URL | infinity:URL")
-    ] = None,
+    port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
+    reranker: RerankerOpt = None,
 ) -> None:
     """Serve the HTTP API: POST /v1/rerank (Cohere/Jina shape) and /api/rerank (Ollama shape); docs at /docs."""
     import uvicorn  # here, so the other commands do not pay for importing the web stack
@@ -209,6 +207,8 @@ def serve(
     settings = _settings(reranker=reranker)
     try:
         api = create_app(settings)
+        if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
+            api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
     except FunnelError as e:
         _fail(e)
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"

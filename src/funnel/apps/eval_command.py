@@ -33,8 +33,16 @@ def run_eval_command(
     from funnel.eval.suite import build_index, default_index_dir, open_suite
     from funnel.eval.variants import DEFAULT, parse_variants
 
-    if depth < 10:
-        raise ConfigError(f"depth must be at least 10 (nDCG@10), got {depth}")
+    if depth < 100:
+        raise ConfigError(f"depth must be at least 100 (recall@100 is reported), got {depth}")
+    if max_hurt is not None and max_hurt < 0:
+        raise ConfigError(f"--max-hurt must be 0 or more, got {max_hurt}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; name a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create --out {out}: {e.strerror or e}") from None
     variants = parse_variants(variant_specs or DEFAULT)
     if baseline not in {v.name for v in variants}:
         raise ConfigError(f"baseline {baseline!r} is not among the variants: {', '.join(v.name for v in variants)}")

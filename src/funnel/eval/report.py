@@ -31,7 +31,8 @@ def score(run: EvalRun, baseline: str) -> Scores:
     evalset = run.evalset
     evaluated = {name: vr for name, vr in run.variants.items() if not vr.skipped_reason}
     values = {name: per_query(evalset.qrels, vr.rankings) for name, vr in evaluated.items()}
-    means = {name: {metric: mean(v) for metric, v in metrics.items()} for name, metrics in values.items()}
+    # No judged sources at all (an answers-only question set): no retrieval metric, rather than zeros.
+    means = {name: {metric: mean(v) for metric, v in metrics.items() if v} for name, metrics in values.items()}
     for name, vr in evaluated.items():
         if vr.passed:
             means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
@@ -53,10 +54,17 @@ def gate(scores: Scores, max_hurt: int | None = None, tolerance: float = 1e-9) -
     failures = []
     if scores.baseline not in scores.means:
         return [f"baseline {scores.baseline!r} was not evaluated"]
+    gated = [name for name in scores.run.variants if name.startswith(scores.baseline + "+")]
+    if not gated:
+        return [f"no variant builds on {scores.baseline} (e.g. {scores.baseline}+rerank(guaranteed_slots)); nothing to gate"]
+    for name in gated:
+        if scores.run.variants[name].skipped_reason:
+            failures.append(f"{name} was not evaluated: {scores.run.variants[name].skipped_reason}")
+    judged = bool(scores.values.get(scores.baseline, {}).get(HEADLINE))
     for name, comparison in scores.comparisons.items():
         if not name.startswith(scores.baseline + "+"):
             continue
-        if comparison.delta < -tolerance:
+        if judged and comparison.delta < -tolerance:
             failures.append(
                 f"{name} {HEADLINE} {comparison.variant_mean:.4f} < {scores.baseline} {comparison.baseline_mean:.4f}"
             )
@@ -179,11 +187,12 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n, e in results["variants"].items() if "skipped" not in e]
+    headline = HEADLINE if any(HEADLINE in e for e in results["variants"].values()) else "answers_passed"
+    names = [n for n, e in results["variants"].items() if headline in e]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    values = [results["variants"][n][HEADLINE] for n in names]
+    values = [results["variants"][n][headline] for n in names]
     left.barh(names, values, color="#4C72B0")
-    left.set_xlabel(HEADLINE)
+    left.set_xlabel(headline)
     left.invert_yaxis()
     for y, v in enumerate(values):
         left.text(v, y, f" {v:.3f}", va="center")

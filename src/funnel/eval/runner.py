@@ -66,23 +66,8 @@ def _ranking(hits: list[Hit], evalset: EvalSet, qid: str, depth: int) -> list[st
     return units
 
 
-def _window(pool: list[Candidate], size: int, per_document: int) -> list[Candidate]:
-    """The candidates the product hands to the reranker: the first `size` in first-stage order, at most
-    `per_document` chunks of any one document (as `Pipeline.search` takes them)."""
-    taken: dict[str, int] = {}
-    window = []
-    for candidate in pool:
-        doc_id = candidate.chunk.doc_id
-        if taken.get(doc_id, 0) < per_document:
-            taken[doc_id] = taken.get(doc_id, 0) + 1
-            window.append(candidate)
-            if len(window) == size:
-                break
-    return window
-
-
 def _window_then_tail(window_hits: list[Hit], tail: list[Candidate]) -> list[Hit]:
-    """Reranked window first, then the rest of the first stage in its own order."""
+    """The product's final window first, then the deeper first stage in its own order (for recall@100)."""
     start = len(window_hits)
     return window_hits + [
         Hit(c, final_rank=start + i, final_score=c.fused_score) for i, c in enumerate(tail, start=1)
@@ -97,9 +82,15 @@ def run_eval(
     generator: Generator | None = None,
     progress=None,
 ) -> EvalRun:
+    """Every variant's ranking, per query. The top of each ranking is exactly what `Pipeline.search`
+    would return with that retrieval mode and policy (same per-retriever N, same 25-chunk window with at
+    most chunks_per_document per document); below it, a deeper first stage fills the ranking to `depth`
+    so recall@100 can be measured."""
     config = pipeline.config
+    fs = config.first_stage
     window = config.candidates
-    n_retrieve = max(config.first_stage.per_retriever, 3 * depth, window)
+    n_product = max(fs.per_retriever, window)
+    n_deep = max(n_product, 3 * depth)
     runs = {v.name: VariantRun(v) for v in variants}
     if pipeline.reranker is None:
         for v in variants:
@@ -107,56 +98,54 @@ def run_eval(
                 runs[v.name].skipped_reason = "no reranker configured"
     active = [v for v in variants if not runs[v.name].skipped_reason]
     generator = generator if evalset.answers else None
-    hybrid = FirstStageConfig(
-        Retrieval.HYBRID, n_retrieve, config.first_stage.rrf_k,
-        config.first_stage.bm25_weight, config.first_stage.dense_weight,
-    )
+    hybrid = FirstStageConfig(Retrieval.HYBRID, n_deep, fs.rrf_k, fs.bm25_weight, fs.dense_weight)
     needs_lexical = any(v.retrieval in (Retrieval.HYBRID, Retrieval.BM25) for v in active)
     needs_dense = any(v.retrieval in (Retrieval.HYBRID, Retrieval.DENSE) for v in active)
     mode = Retrieval.HYBRID if needs_lexical and needs_dense else (Retrieval.BM25 if needs_lexical else Retrieval.DENSE)
-    retrieve_config = FirstStageConfig(mode, n_retrieve)
+    retrieve_config = FirstStageConfig(mode, n_deep)
     latency: dict[str, list[float]] = {s: [] for s in STAGES}
 
     for done, (qid, query) in enumerate(evalset.queries.items(), start=1):
         t0 = time.perf_counter()
-        lexical, dense = retrieve(pipeline.store, pipeline.embedder, query, n_retrieve, retrieve_config)
-        candidates = {
-            Retrieval.HYBRID: fuse(lexical, dense, n_retrieve, hybrid),
-            Retrieval.BM25: fuse(lexical, [], n_retrieve, hybrid),
-            Retrieval.DENSE: fuse([], dense, n_retrieve, hybrid),
+        lexical, dense = retrieve(pipeline.store, pipeline.embedder, query, n_deep, retrieve_config)
+        lists = {Retrieval.HYBRID: (lexical, dense), Retrieval.BM25: (lexical, []), Retrieval.DENSE: ([], dense)}
+        windows = {  # what search() hands to the second stage
+            base: fuse(lex[:n_product], den[:n_product], window, hybrid, config.chunks_per_document)
+            for base, (lex, den) in lists.items()
         }
+        deep = {base: fuse(lex, den, n_deep, hybrid) for base, (lex, den) in lists.items()}
         t1 = time.perf_counter()
-        scores: dict[Retrieval, tuple[list[float] | None, str]] = {}
-        windows: dict[Retrieval, list[Candidate]] = {}
+        reranked: dict[Retrieval, object] = {}
         for base in {v.retrieval for v in active if v.reranks}:
-            windows[base] = _window(candidates[base], window, config.chunks_per_document)
-            result = second_stage(
-                query, windows[base], pipeline.reranker, RerankPolicy.REPLACE, timeout_s=config.rerank_timeout_s,
+            reranked[base] = second_stage(
+                query, windows[base], pipeline.reranker, RerankPolicy.REPLACE, timeout_s=config.rerank_timeout_s
             )
-            if result.status is RerankStatus.OK:
-                by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
-                scores[base] = ([by_id[c.chunk.chunk_id] for c in windows[base]], "")
-            else:
-                scores[base] = (None, result.reason)
         t2 = time.perf_counter()
         answer_ms = 0.0
         for v in active:
-            pool = candidates[v.retrieval]
-            if v.reranks and scores[v.retrieval][0] is None:
-                runs[v.name].fallbacks[scores[v.retrieval][1]] += 1
-                hits = identity(pool)
-            elif v.reranks:
-                head_candidates = windows[v.retrieval]
-                head = apply_policy(v.policy, head_candidates, scores[v.retrieval][0], config.guaranteed, config.rrf_k)
-                in_head = {c.chunk.chunk_id for c in head_candidates}
-                hits = _window_then_tail(head, [c for c in pool if c.chunk.chunk_id not in in_head])
+            head = windows[v.retrieval]
+            status = RerankStatus.SKIPPED
+            if v.reranks:
+                result = reranked[v.retrieval]
+                status = result.status
+                if status is RerankStatus.OK:
+                    by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
+                    head_hits = apply_policy(
+                        v.policy, head, [by_id[c.chunk.chunk_id] for c in head], config.guaranteed, config.rrf_k
+                    )
+                else:
+                    runs[v.name].fallbacks[result.reason] += 1
+                    head_hits = identity(head)
             else:
-                hits = identity(pool)
+                head_hits = identity(head)
+            in_head = {c.chunk.chunk_id for c in head}
+            hits = _window_then_tail(head_hits, [c for c in deep[v.retrieval] if c.chunk.chunk_id not in in_head])
             runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
             if generator is not None and evalset.answers.get(qid):
                 ta = time.perf_counter()
-                documents = group(hits, config.k, config.chunks_per_document)
-                result = SearchResult(query, tuple(documents), tuple(hits), RerankStatus.OK)
+                # What `Pipeline.ask` answers from: the window's documents only.
+                documents = group(head_hits, config.k, config.chunks_per_document)
+                result = SearchResult(query, tuple(documents), tuple(head_hits), status)
                 text = generator.answer(query, result).text.lower()
                 runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
                 answer_ms += 1000 * (time.perf_counter() - ta)

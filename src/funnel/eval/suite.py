@@ -26,12 +26,16 @@ class Suite:
 
     @property
     def cache_key(self) -> str:
-        sample = "" if self.keep is None else "-sample" + hashlib.sha256(
-            "\n".join(sorted(self.keep)).encode()).hexdigest()[:8]
-        # Keyed by corpus, not split: SciFact's and CoSQA's splits share one corpus and so one index.
-        corpus = self.evalset.name if self.corpus is None or self.corpus.name == self.evalset.name else (
+        """Name + a hash of where the corpus is (and which sample): two sets never share an index.
+        Keyed by corpus, not split, so SciFact's and CoSQA's splits share one index."""
+        sources = [str(self.corpus.resolve())] if self.corpus is not None else sorted(
+            str(d.resolve()) for d in self.documents)
+        if self.keep is not None:
+            sources += sorted(self.keep)
+        digest = hashlib.sha256("\n".join(sources).encode()).hexdigest()[:10]
+        name = self.evalset.name if self.corpus is None or self.corpus.name == self.evalset.name else (
             f"{self.evalset.name}-{self.corpus.name}")
-        return f"{corpus}{sample}"
+        return f"{name}-{digest}"
 
 
 def open_suite(
@@ -44,6 +48,10 @@ def open_suite(
 ) -> Suite:
     if not path.exists():
         raise ConfigError(f"{path} does not exist")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {limit}")
+    if corpus_sample is not None and corpus_sample < 0:
+        raise ConfigError(f"--corpus-sample must be 0 or more, got {corpus_sample}")
     if path.is_file():
         if path.suffix not in QUESTION_FILES:
             raise ConfigError(f"{path}: a question set must be .yaml, .yml or .jsonl")
@@ -53,9 +61,10 @@ def open_suite(
     folder = beir.split_dir(path, split)
     keep = None
     if corpus_sample is not None:
-        keep = set(_judged_records(evalset))
+        judged = set(_judged_records(evalset))
+        keep = set(judged)
         for record in beir.load_corpus(folder):
-            if len(keep) >= len(set(_judged_records(evalset))) + corpus_sample:
+            if len(keep) >= len(judged) + corpus_sample:
                 break
             keep.add(record.document.doc_id)
         keep = frozenset(keep)
