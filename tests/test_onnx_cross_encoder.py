@@ -4,11 +4,11 @@ truncation on a tiny random model, and the committed built-in model (when presen
 from __future__ import annotations
 
 import json
-from math import erf
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bert_reference import dense, encode
 
 from funnel.errors import BackendUnavailable, ConfigError
 from funnel.rerank.base import Reranker
@@ -89,41 +89,10 @@ def _tiny_checkpoint(src: Path) -> dict[str, np.ndarray]:
 
 
 def _numpy_logits(w: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
-    """BertForSequenceClassification's forward pass, written out plainly."""
-    heads = _TINY["num_attention_heads"]
-
-    def layer_norm(x: np.ndarray, key: str) -> np.ndarray:
-        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + _EPS) * w[f"{key}.weight"] + w[f"{key}.bias"]
-
-    def dense(x: np.ndarray, key: str) -> np.ndarray:
-        return x @ w[f"{key}.weight"].T + w[f"{key}.bias"]
-
-    batch, seq = ids.shape
-    x = (
-        w["embeddings.word_embeddings.weight"][ids]
-        + w["embeddings.position_embeddings.weight"][:seq]
-        + w["embeddings.token_type_embeddings.weight"][types]
-    )
-    x = layer_norm(x, "embeddings.LayerNorm")
-    bias = np.where(mask[:, None, None, :] == 1, 0.0, -1e30)
-    for i in range(_TINY["num_hidden_layers"]):
-        p = f"encoder.layer.{i}."
-
-        def split(t: np.ndarray) -> np.ndarray:
-            return t.reshape(batch, seq, heads, -1).transpose(0, 2, 1, 3)
-
-        q, k, v = (split(dense(x, f"{p}attention.self.{n}")) for n in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]) + bias
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
-        x = layer_norm(dense(context, f"{p}attention.output.dense") + x, f"{p}attention.output.LayerNorm")
-        hidden = dense(x, f"{p}intermediate.dense")
-        hidden = 0.5 * hidden * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))
-        x = layer_norm(dense(hidden, f"{p}output.dense") + x, f"{p}output.LayerNorm")
-    pooled = np.tanh(dense(x[:, 0], "pooler.dense"))
-    return dense(pooled, "classifier")
+    """BertForSequenceClassification's forward pass: encoder, pooler on [CLS], classifier."""
+    x = encode(w, ids, mask, types, _TINY["num_attention_heads"], _TINY["num_hidden_layers"], _EPS)
+    pooled = np.tanh(dense(w, x[:, 0], "pooler.dense"))
+    return dense(w, pooled, "classifier")
 
 
 @pytest.fixture(scope="module")

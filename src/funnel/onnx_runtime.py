@@ -31,3 +31,18 @@ def load_session(model_path: Path, threads: int, what: str) -> Any:
     options.inter_op_num_threads = 1  # the graph is a straight chain; parallelism is inside ops
     options.log_severity_level = 3  # errors only: ORT warns about harmless things on load
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def load_tokenizers(tokenizer_path: Path, what: str) -> tuple[Any, Any]:
+    """(counter, tokenizer) from one tokenizer.json, both without the file's own padding: the counter
+    never truncates (chunk sizing, finding where to cut); the caller sets the tokenizer's truncation."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise missing_dependency(what, "tokenizers") from None
+    counter = Tokenizer.from_file(str(tokenizer_path))
+    counter.no_padding()  # the file may carry a fixed padding; we pad per batch ourselves
+    counter.no_truncation()
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.no_padding()
+    return counter, tokenizer

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from funnel.embed import onnx_build
-from funnel.errors import BackendUnavailable, missing_dependency
-from funnel.onnx_runtime import load_session, read_meta
+from funnel.errors import BackendUnavailable
+from funnel.onnx_runtime import load_session, load_tokenizers, read_meta
 
 MAX_DEFAULT_THREADS = 8  # beyond this a 384-wide model gains little and starves the rest of the host
 MODEL_DIR_ENV = "FUNNEL_MODEL_DIR"
@@ -152,15 +152,7 @@ class OnnxEmbedder:
         return load_session(self.model_path, self.threads, "the ONNX embedder")
 
     def _load_tokenizers(self) -> tuple[Any, Any]:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise missing_dependency("the ONNX embedder", "tokenizers") from None
-        counter = Tokenizer.from_file(str(self.tokenizer_path))
-        counter.no_padding()  # the file may carry a fixed padding; we pad per batch ourselves
-        counter.no_truncation()
-        tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
-        tokenizer.no_padding()
+        counter, tokenizer = load_tokenizers(self.tokenizer_path, "the ONNX embedder")
         tokenizer.enable_truncation(self.max_seq_length)  # counts specials, like sentence-transformers
         return counter, tokenizer
 

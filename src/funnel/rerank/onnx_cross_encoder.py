@@ -21,8 +21,8 @@ import numpy as np
 
 from funnel.embed import onnx_build
 from funnel.embed.onnx import _default_threads
-from funnel.errors import BackendUnavailable, ConfigError, missing_dependency
-from funnel.onnx_runtime import load_session, read_meta
+from funnel.errors import BackendUnavailable, ConfigError
+from funnel.onnx_runtime import load_session, load_tokenizers, read_meta
 from funnel.types import Candidate, RerankResult
 
 BUILTIN_NAME = "funnel-reranker-minilm"
@@ -114,15 +114,7 @@ class OnnxCrossEncoder:
         return load_session(self.model_path, self.threads, "the ONNX cross-encoder")
 
     def _load_tokenizers(self) -> tuple[Any, Any]:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise missing_dependency("the ONNX cross-encoder", "tokenizers") from None
-        counter = Tokenizer.from_file(str(self.tokenizer_path))
-        counter.no_padding()
-        counter.no_truncation()
-        tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
-        tokenizer.no_padding()
+        counter, tokenizer = load_tokenizers(self.tokenizer_path, "the ONNX cross-encoder")
         tokenizer.enable_truncation(self.max_length, strategy="only_second")
         return counter, tokenizer
 
