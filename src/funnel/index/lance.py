@@ -266,9 +266,10 @@ class LanceStore:
                 raise
             if tx.changed or state is None:
                 self._refresh_indexes(table)
-                self._write_state(table, embedder, dim)
+                new_state = self._write_state(self._state_for(table, embedder, dim))
                 if state is not None and self._drop_old_versions(table, keep=state["version"]):
-                    self._write_state(table, embedder, dim)  # same rows, compacted: point readers there
+                    # Same rows, compacted: point readers there (the counts are unchanged).
+                    self._write_state({**new_state, "version": table.version})
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
@@ -338,9 +339,9 @@ class LanceStore:
             log.warning("could not drop old versions of %s: %s", self.path, e)
         return table.version != before
 
-    def _write_state(self, table, embedder: str, dim: int) -> None:
+    def _state_for(self, table, embedder: str, dim: int) -> dict:
         docs = _scan(table, ["doc_id"]).column("doc_id").unique()
-        state = {
+        return {
             "format": FORMAT,
             "version": table.version,
             "embedder": embedder,
@@ -348,6 +349,8 @@ class LanceStore:
             "chunks": table.count_rows(),
             "documents": len(docs),
         }
+
+    def _write_state(self, state: dict) -> dict:
         tmp = self.path / (STATE_FILE + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(state, fh)
@@ -355,6 +358,7 @@ class LanceStore:
             os.fsync(fh.fileno())
         os.replace(tmp, self.path / STATE_FILE)
         self._table = None  # the next read reopens at the new version
+        return state
 
 
 class _LanceTransaction:
