@@ -2,7 +2,8 @@
 
 A stack trace names functions, and a person triaging an error thinks in them, so the unit of code
 retrieval is a definition ("UserService.get_user"), not a window of lines. Python is parsed with `ast`;
-other languages (and Python that does not parse) use a line heuristic that is right often enough.
+Java, JavaScript, TypeScript and Go with tree-sitter (`code_treesitter`); other languages, and files that
+do not parse, use a line heuristic that is right often enough.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from funnel.ingest.code_treesitter import TREESITTER_LANGUAGES, Span, fill_gaps, treesitter_spans
 from funnel.ingest.text import read_source
 from funnel.ingest.walk import CODE_FILENAMES, CODE_LANGUAGES
 from funnel.types import Document, LoadedDocument, Section, SectionKind
@@ -78,18 +79,15 @@ _DEFINITION_PATTERNS = [
 ]
 
 
-@dataclass(frozen=True)
-class _Span:
-    start: int  # 1-based, inclusive
-    end: int
-    heading: str | None
-
-
 def load_code(path: Path, doc_id: str, display_path: str, language: str | None = None) -> LoadedDocument:
     raw, text = read_source(path, display_path)
     language = language or CODE_LANGUAGES.get(path.suffix.lower()) or CODE_FILENAMES.get(path.name)
     lines = text.split("\n")
-    spans = python_spans(text, lines) if language == "python" else None
+    spans = None
+    if language == "python":
+        spans = python_spans(text, lines)
+    elif language in TREESITTER_LANGUAGES:
+        spans = treesitter_spans(text, language, path.name, CLASS_SPLIT_LINES)
     if spans is None:
         spans = heuristic_spans(lines)
     sections = []
@@ -116,7 +114,7 @@ def load_code(path: Path, doc_id: str, display_path: str, language: str | None =
     return LoadedDocument(document=document, sections=tuple(sections))
 
 
-def python_spans(text: str, lines: list[str]) -> list[_Span] | None:
+def python_spans(text: str, lines: list[str]) -> list[Span] | None:
     """Definitions and the module-level code between them; None when the file does not parse."""
     try:
         tree = ast.parse(text)
@@ -124,10 +122,10 @@ def python_spans(text: str, lines: list[str]) -> list[_Span] | None:
     # generated files of that shape are real, and the heuristic splitter handles them.
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return _fill_gaps(_python_definitions(tree.body, lines, 1, None), 1, len(lines), None)
+    return fill_gaps(_python_definitions(tree.body, lines, 1, None), 1, len(lines), None)
 
 
-def heuristic_spans(lines: list[str]) -> list[_Span]:
+def heuristic_spans(lines: list[str]) -> list[Span]:
     """Sections that start at lines which look like definitions; blank-line blocks when none do."""
     starts: list[tuple[int, str]] = []  # (1-based line, symbol)
     containers: list[tuple[int, str]] = []  # (indent, name) of enclosing classes/namespaces
@@ -144,22 +142,22 @@ def heuristic_spans(lines: list[str]) -> list[_Span]:
         starts.append((number, symbol))
     if not starts:
         return _blank_line_blocks(lines)
-    spans: list[_Span] = []
+    spans: list[Span] = []
     floor = 1
     adjusted = []
     for number, symbol in starts:
         adjusted.append((_extend_over_comments(lines, number, floor), symbol))
         floor = number + 1
     if adjusted[0][0] > 1:
-        spans.append(_Span(1, adjusted[0][0] - 1, None))
+        spans.append(Span(1, adjusted[0][0] - 1, None))
     for i, (start, symbol) in enumerate(adjusted):
         end = adjusted[i + 1][0] - 1 if i + 1 < len(adjusted) else len(lines)
-        spans.append(_Span(start, end, symbol))
+        spans.append(Span(start, end, symbol))
     return spans
 
 
-def _python_definitions(body: list[ast.stmt], lines: list[str], floor: int, owner: str | None) -> list[_Span]:
-    spans: list[_Span] = []
+def _python_definitions(body: list[ast.stmt], lines: list[str], floor: int, owner: str | None) -> list[Span]:
+    spans: list[Span] = []
     for node in body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
@@ -169,25 +167,11 @@ def _python_definitions(body: list[ast.stmt], lines: list[str], floor: int, owne
         name = f"{owner}.{node.name}" if owner else node.name
         if owner is None and isinstance(node, ast.ClassDef) and end - start + 1 > CLASS_SPLIT_LINES:
             members = _python_definitions(node.body, lines, start + 1, name)
-            spans.extend(_fill_gaps(members, start, end, name))
+            spans.extend(fill_gaps(members, start, end, name))
         else:
-            spans.append(_Span(start, end, name))
+            spans.append(Span(start, end, name))
         floor = end + 1
     return spans
-
-
-def _fill_gaps(spans: list[_Span], first: int, last: int, heading: str | None) -> list[_Span]:
-    """The lines between definitions become sections of their own, named by the enclosing scope."""
-    out: list[_Span] = []
-    cursor = first
-    for span in spans:
-        if span.start > cursor:
-            out.append(_Span(cursor, span.start - 1, heading))
-        out.append(span)
-        cursor = span.end + 1
-    if cursor <= last:
-        out.append(_Span(cursor, last, heading))
-    return out
 
 
 def _extend_over_comments(lines: list[str], start: int, floor: int) -> int:
@@ -215,8 +199,8 @@ def _match_definition(line: str) -> tuple[int, str, bool] | None:
     return None
 
 
-def _blank_line_blocks(lines: list[str]) -> list[_Span]:
-    spans: list[_Span] = []
+def _blank_line_blocks(lines: list[str]) -> list[Span]:
+    spans: list[Span] = []
     start: int | None = None
     for number, line in enumerate(lines, start=1):
         if start is None:
@@ -225,10 +209,10 @@ def _blank_line_blocks(lines: list[str]) -> list[_Span]:
             continue
         too_long = number - start >= BLOCK_MAX_LINES
         if too_long or (not line.strip() and number - start >= BLOCK_MAX_LINES // 2):
-            spans.append(_Span(start, number - 1, None))
+            spans.append(Span(start, number - 1, None))
             start = number if line.strip() else None
     if start is not None:
-        spans.append(_Span(start, len(lines), None))
+        spans.append(Span(start, len(lines), None))
     return spans
 
 
