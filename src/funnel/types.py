@@ -176,3 +176,7 @@ class Answer:
     citations: tuple[Citation, ...]
     generator: str  # which backend answered, e.g. "extractive"
     search: SearchResult | None = None
+    # What a reader should know about this answer: "uncited" (an LLM answer citing no passage),
+    # "unknown_citation" (it cited a number no passage has), "no_context", "interrupted" (a stream broke).
+    flags: tuple[str, ...] = ()
+    fallback_reason: str = ""  # set when the primary generator failed and a fallback answered instead
