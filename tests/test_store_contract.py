@@ -70,6 +70,14 @@ class StoreContract:
         hits = store.search_lexical("dogs CEO", 10, Filter(doc_ids=("c",)))
         assert [h.chunk.doc_id for h in hits] == ["c"]
 
+    def test_outline_lists_every_chunk_without_text(self, store):
+        assert store.outline() == []
+        _write(store, CORPUS)
+        entries = store.outline()
+        assert [e.chunk_id for e in entries] == ["b#0", "c#0", "a#0", "a#1"]  # by path, then ordinal
+        assert {e.path for e in store.outline(Filter(kinds=("code",)))} == {"src/a.py"}
+        assert (entries[1].path, entries[1].kind, entries[1].heading) == ("docs/c.pdf", "text", None)
+
     def test_delete_by_document(self, store):
         _write(store, CORPUS)
         _write(store, [], delete={"a"})

@@ -18,6 +18,20 @@ class ScoredChunk:
 
 
 @dataclass(frozen=True)
+class OutlineEntry:
+    """One chunk without its text or vector: where it is and what it defines. A code index's outline is its
+    symbol table (which file defines which class or function); triage reads it to follow a stack trace."""
+
+    chunk_id: str
+    doc_id: str
+    path: str
+    kind: str
+    heading: str | None
+    line_start: int | None
+    line_end: int | None
+
+
+@dataclass(frozen=True)
 class Filter:
     """Restricts a search before ranking (prefilter). Empty = everything."""
 
@@ -55,5 +69,7 @@ class Store(Protocol):
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]: ...
 
     def get_chunks(self, doc_id: str) -> list[Chunk]: ...
+
+    def outline(self, filter: Filter | None = None) -> list[OutlineEntry]: ...
 
     def transaction(self, embedder: str, dim: int) -> AbstractContextManager[Transaction]: ...

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from funnel.errors import ConfigError, StoreError
-from funnel.index.base import Filter, IndexInfo, ScoredChunk
+from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk
 from funnel.types import Chunk, SectionKind
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,15 @@ class LanceStore:
             return []
         rows = _scan(table, _READ_COLUMNS, f"doc_id = {_sql_str(doc_id)}").to_pylist()
         return sorted((_row_to_chunk(r) for r in rows), key=lambda c: c.ordinal)
+
+    def outline(self, filter: Filter | None = None) -> list[OutlineEntry]:
+        table = self._reader()
+        if table is None:
+            return []
+        columns = ["chunk_id", "doc_id", "path", "kind", "heading", "line_start", "line_end"]
+        rows = _scan(table, columns + ["ordinal"], _where(filter)).to_pylist()
+        rows.sort(key=lambda r: (r["path"], r["ordinal"]))
+        return [OutlineEntry(**{c: r[c] for c in columns}) for r in rows]
 
     def search_dense(self, vector: np.ndarray, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
         table = self._reader()
