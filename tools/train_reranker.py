@@ -266,7 +266,21 @@ def validate(model, encoder: Encoder, val: list[dict], batch: int = 25) -> dict:
     }
 
 
-def train(args, work: Path, groups: list[dict], minilm_dir: Path) -> dict:
+def _keep_layers(model, n: int) -> list[int]:
+    """Cut the encoder to `n` evenly spaced layers (first and last kept): a cheaper student that starts
+    from what every kept layer has already learned."""
+    import torch
+
+    layers = model.bert.encoder.layer
+    if not n or n >= len(layers):
+        return list(range(len(layers)))
+    kept = sorted({int(i) for i in np.linspace(0, len(layers) - 1, n).round()})
+    model.bert.encoder.layer = torch.nn.ModuleList([layers[i] for i in kept])
+    model.config.num_hidden_layers = len(kept)
+    return kept
+
+
+def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
     import torch
     from transformers import AutoModelForSequenceClassification
 
@@ -278,9 +292,13 @@ def train(args, work: Path, groups: list[dict], minilm_dir: Path) -> dict:
     if args.val_limit:
         val = random.Random(SEED).sample(val, min(args.val_limit, len(val)))
     pool = [n for g in train_groups for n in g["negs"][:3]]
-    encoder = Encoder(minilm_dir / "tokenizer.json", args.max_length)
+    from funnel.embed.onnx_build import packaged_minilm_dir
 
-    model = AutoModelForSequenceClassification.from_pretrained(minilm_dir, num_labels=1)
+    encoder = Encoder(packaged_minilm_dir() / "tokenizer.json", args.max_length)  # one vocabulary for all
+
+    model = AutoModelForSequenceClassification.from_pretrained(init_dir, num_labels=1)
+    kept_layers = _keep_layers(model, args.layers)
+    log(f"init {init_dir}: encoder layers {kept_layers}")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, fused=True)
     total = args.steps
@@ -395,7 +413,8 @@ def train(args, work: Path, groups: list[dict], minilm_dir: Path) -> dict:
     wall = elapsed_before + time.perf_counter() - started
     return {
         "steps": step, "train_seconds": wall, "best": best, "history": history,
-        "train_groups": len(train_groups), "val_queries": len(val),
+        "train_groups": len(train_groups), "val_queries": len(val), "init": str(init_dir),
+        "kept_layers": kept_layers,
         "train_pairs_seen": step * args.groups_per_step * (1 + GROUP_NEGATIVES),
         "by_source": {s: sum(g["source"] == s for g in train_groups)
                       for s in ("scifact", "tatqa", "tatqa-rows", "cosqa")},
@@ -588,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-min", type=float, default=4.0)
     parser.add_argument("--time-limit-min", type=float, default=33.0, help="training stops here whatever the step")
     parser.add_argument("--measure-steps", type=int, default=0, help="time this many steps, then stop")
+    parser.add_argument("--init", type=Path, default=None,
+                        help="start from this checkpoint (default: the packaged all-MiniLM-L6-v2)")
+    parser.add_argument("--layers", type=int, default=0, help="keep this many evenly spaced encoder layers")
     parser.add_argument("--stage", choices=["all", "mine", "train", "export"], default="all")
     args = parser.parse_args(argv)
 
@@ -618,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "mine":
         return 0
     if args.stage in ("all", "train"):
-        trained = train(args, args.work, groups, minilm_dir)
+        trained = train(args, args.work, groups, args.init or minilm_dir)
         (args.work / "trained.json").write_text(json.dumps(trained, indent=2))
         if args.measure_steps or args.stage == "train":
             return 0
