@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
+
 from funnel.types import Candidate, Chunk, RerankResult
 
 
@@ -52,3 +59,23 @@ class FailingReranker:
 
     def rerank(self, query, candidates):
         raise self.error
+
+
+@contextmanager
+def serving(app):
+    """Run an ASGI app with uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

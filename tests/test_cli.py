@@ -9,9 +9,9 @@ import pytest
 FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
 
 
-def funnel(*args, cwd, env=None):
+def funnel(*args, cwd, env=None, input=None):
     full_env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", **(env or {})}
-    return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=120)
+    return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=full_env, timeout=120, input=input)
 
 
 @pytest.fixture

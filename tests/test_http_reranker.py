@@ -16,13 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-import uvicorn
-from helpers import candidates as first_stage, chunk
+from helpers import candidates as first_stage
+from helpers import chunk, serving
 
 from funnel.apps.api import create_app
 from funnel.apps.factory import build_reranker, reranker_from_settings
@@ -204,25 +203,6 @@ def test_lexical_scores_match_bm25_closed_form():
 
 
 # --- funnel's own server over loopback ----------------------------------------------------------------------
-
-
-@contextmanager
-def serving(app):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

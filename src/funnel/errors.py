@@ -38,6 +38,10 @@ class StoreError(FunnelError):
     exit_code = 5
 
 
+class NotFound(FunnelError):
+    """A named item (incident, collection, document) does not exist."""
+
+
 class UpstreamError(FunnelError):
     """A remote or model backend failed while serving a request."""
 

@@ -34,6 +34,7 @@ from funnel.errors import (
     ConfigError,
     FunnelError,
     IngestError,
+    NotFound,
     StoreError,
     UpstreamError,
     UpstreamTimeout,
@@ -52,6 +53,7 @@ ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
     (BackendUnavailable, 503),
     (StoreError, 503),
     (ConfigError, 400),
+    (NotFound, 404),
     (IngestError, 422),
 )
 
@@ -221,16 +223,27 @@ def rerank_ollama(body: OllamaRerankRequest, reranker: RerankerDep) -> OllamaRer
 # --- the app --------------------------------------------------------------------------------------------
 
 
-def create_app(settings: Settings, reranker: Reranker | None = None) -> FastAPI:
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def create_app(settings: Settings, reranker: Reranker | None = None, triage=None) -> FastAPI:
     """The API over `settings`. `reranker` replaces the one `settings.reranker` names (tests inject one);
-    a bad spec fails here, before the server starts listening."""
+    a bad spec fails here, before the server starts listening. Triage is served when `triage` (a
+    TriageService) is given or `settings.repo` names a repository; the repository is indexed (incrementally)
+    at start-up."""
     reranker = reranker if reranker is not None else reranker_from_settings(settings)
+    if triage is None and settings.repo is not None:
+        from funnel.apps.triage.build import build_triage
+
+        triage = build_triage(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         warm_up = getattr(reranker, "warm_up", None)
         if callable(warm_up):  # a model loads once, at start-up, not on the first request
             await run_in_threadpool(warm_up)
+        if triage is not None and settings.repo is not None:
+            await run_in_threadpool(triage.pipeline.ingest, [settings.repo])
         yield
         close = getattr(reranker, "close", None)
         if callable(close):
@@ -244,6 +257,14 @@ def create_app(settings: Settings, reranker: Reranker | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.reranker = reranker
+    app.state.triage = triage
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return JSONResponse({"detail": f"request body over {MAX_BODY_BYTES // 2**20} MiB"}, status_code=413)
+        return await call_next(request)
 
     @app.exception_handler(FunnelError)
     async def funnel_error(request: Request, error: FunnelError) -> JSONResponse:
@@ -261,4 +282,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None) -> FastAPI:
 
     app.include_router(health_router)
     app.include_router(rerank_router)
+    from funnel.apps.triage.routes import router as triage_router
+
+    app.include_router(triage_router)
     return app

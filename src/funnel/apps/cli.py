@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -215,6 +216,59 @@ def serve(
     served = api.state.reranker.name if api.state.reranker else "none"  # name: a URL without credentials
     err.print(f"funnel serving on http://{host}:{port} (reranker: {served}); docs at /docs")
     uvicorn.run(api, host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def triage(
+    trace: Annotated[Optional[str], typer.Argument(help="file with the stack trace; - or nothing reads stdin")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="repository root: indexed (incrementally) first")] = None,
+    index: IndexOpt = None,
+    message: Annotated[str, typer.Option(help="the error message, when the trace does not carry it")] = "",
+    service: Annotated[str, typer.Option(help="the service that failed")] = "cli",
+    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL")] = None,
+    reranker: RerankerOpt = None,
+    slack: Annotated[bool, typer.Option("--slack/--no-slack", help="post to the configured Slack webhook")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rank a repository's files for an error (stack trace), analyse them with an LLM if one is configured,
+    record the incident and post it to Slack if a webhook is configured."""
+    from funnel.apps.triage.build import default_repo_index
+    from funnel.apps.triage.commands import ingest_repo, print_outcome, read_trace, run_triage
+
+    if index is None and repo is not None and "FUNNEL_INDEX" not in os.environ:
+        index = default_repo_index(repo)
+    settings = _settings(index=index, repo=repo, llm=llm, reranker=reranker)
+    try:
+        if settings.repo is not None and not settings.repo.is_dir():
+            raise ConfigError(f"the repository {settings.repo} is not a directory")
+        text = read_trace(trace)
+        if not text.strip() and not message.strip():
+            raise ConfigError("the trace is empty; give a trace or --message")
+        if settings.repo is not None:
+            ingest_repo(settings, err)
+        outcome = run_triage(settings, text, message, service, slack)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130) from None
+    except FunnelError as e:
+        _fail(e)
+    print_outcome(outcome, out, err, as_json)
+
+
+@app.command()
+def incidents(
+    limit: Annotated[int, typer.Option(help="newest N", min=1, max=10000)] = 20,
+    service: Annotated[Optional[str], typer.Option(help="only this service")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List recorded triage incidents, newest first."""
+    from funnel.apps.triage.commands import print_incidents
+
+    settings = _settings()
+    try:
+        print_incidents(settings, limit, service, out, as_json)
+    except FunnelError as e:
+        _fail(e)
 
 
 def out_console() -> Console:

@@ -52,6 +52,30 @@ def reranker_from_settings(settings: Settings) -> Reranker | None:
     )
 
 
+LLM_SPECS = ("none", "ollama:URL", "openai:URL")
+
+
+def build_chat(settings: Settings):
+    """The chat LLM `settings.llm` names, or None. Cheap: connects to nothing."""
+    spec = settings.llm.strip()
+    if spec in ("", "none"):
+        return None
+    kind, sep, url = spec.partition(":")
+    if not sep or kind not in ("ollama", "openai"):
+        raise ConfigError(f"unknown llm {spec!r}; valid: {', '.join(LLM_SPECS)}")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"llm {kind}:URL needs an http:// or https:// URL, got {url!r}")
+    if kind == "ollama":
+        from funnel.generate.ollama import OllamaChat
+
+        return OllamaChat(url, model=settings.llm_model or "llama3.2", timeout=settings.llm_timeout_s)
+    from funnel.generate.openai_compat import OpenAIChat
+
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return OpenAIChat(url, model=settings.llm_model or "default", api_key=key, timeout=settings.llm_timeout_s,
+                      completion_prompt=settings.llm_completion)
+
+
 def _index_embedder(store: LanceStore) -> str:
     """With no embedder asked for, use the one the index was built with (else the default)."""
     info = store.info()

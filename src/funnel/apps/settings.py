@@ -38,6 +38,14 @@ class Settings(BaseSettings):
     guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
+    llm: str = Field("none", description="LLM for answers and triage: none | ollama:URL | openai:URL")
+    llm_model: str | None = Field(None, description="model name sent to the LLM server")
+    llm_api_key: SecretStr | None = Field(None, description="bearer token for an OpenAI-compatible server")
+    llm_completion: bool = Field(False, description="base model without a chat template: use /v1/completions")
+    llm_timeout_s: float = Field(60.0, gt=0)
+    repo: Path | None = Field(None, description="triage: the repository root (read_file is confined to it)")
+    slack_webhook_url: SecretStr | None = Field(None, description="triage: Slack incoming-webhook URL")
+    incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,39 @@
+"""Building a TriageService from Settings (the one place where triage settings meet the code)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from funnel.apps.factory import build_chat, build_pipeline
+from funnel.apps.settings import Settings
+from funnel.apps.triage.incidents import IncidentStore
+from funnel.apps.triage.service import TriageService
+from funnel.apps.triage.slack import SlackNotifier
+from funnel.errors import ConfigError
+
+
+def default_repo_index(repo: Path) -> Path:
+    """Where `funnel triage --repo R` keeps R's index when no --index is given: outside the repository, so
+    the index never shows up in the tree it describes."""
+    repo = repo.resolve()
+    cache = Path(os.environ.get("FUNNEL_REPO_CACHE", Path.home() / ".cache" / "funnel" / "repos"))
+    digest = hashlib.sha256(str(repo).encode()).hexdigest()[:10]
+    return cache / f"{repo.name or 'root'}-{digest}"
+
+
+def build_triage(settings: Settings, slack: bool = True) -> TriageService:
+    repo = settings.repo.resolve() if settings.repo else None
+    if repo is not None and not repo.is_dir():
+        raise ConfigError(f"the repository {settings.repo} is not a directory")
+    webhook = settings.slack_webhook_url.get_secret_value() if settings.slack_webhook_url and slack else None
+    if webhook and not webhook.startswith(("http://", "https://")):
+        raise ConfigError("slack_webhook_url must be an http:// or https:// URL")
+    return TriageService(
+        build_pipeline(settings),
+        repo_root=repo,
+        chat=build_chat(settings),
+        notifier=SlackNotifier(webhook) if webhook else None,
+        incidents=IncidentStore(settings.incidents),
+    )

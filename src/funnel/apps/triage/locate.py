@@ -1,0 +1,227 @@
+"""From an error to the repository files that matter.
+
+Three ranked lists of chunks are fused (weighted RRF) into one candidate window, which then goes through
+the ordinary second stage (reranker + policy + fallback) and grouping to files:
+
+1. **frames** — the chunk holding each stack frame's line, innermost in-repository frame first;
+2. **symbols** — the chunks defining the names the trace and the message carry (the symbol table), and the
+   files of dotted module names they mention;
+3. **search** — funnel's hybrid first stage over exception type + message + those names.
+
+A frame is the strongest evidence there is (the code that raised), so its list weighs most; with
+`guaranteed_slots` the reranker cannot push the raising file out of the top. The weights are set by that
+argument, not tuned (SWE-bench Lite, the only benchmark here, is a test set).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from funnel.apps.triage.frames import match_frames, trace_symbols
+from funnel.apps.triage.schema import RankedFile
+from funnel.apps.triage.stacktrace import Frame, ParsedError
+from funnel.apps.triage.symbols import SymbolTable, mentioned_names
+from funnel.group import group
+from funnel.index.base import Filter
+from funnel.pipeline import Pipeline
+from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.retrieve.first_stage import first_stage
+from funnel.types import Candidate, Chunk, DocumentHit, RerankStatus
+
+MAX_FRAMES = 10
+# The frames' list is fused with a small RRF k: the innermost frames' files must stay ahead of the next
+# frame's even when that one is also named by symbols and found by search: 1/(1+1) - 1/(1+2) = 0.17 and
+# 1/3 - 1/4 = 0.08 are more than the other lists can add at k=60 (1.5/61 + 1/61 = 0.04).
+FRAME_RRF_K = 1.0
+MAX_NAMES = 12
+EXCERPT_LINES = 30
+
+
+@dataclass(frozen=True)
+class LocateConfig:
+    k: int = 5
+    candidates: int = 25
+    frame_weight: float = 1.0
+    symbol_weight: float = 1.5
+    search_weight: float = 1.0
+    use_trace: bool = True  # False: plain hybrid + rerank, for comparison in benchmarks
+    policy: RerankPolicy | None = None  # None: the pipeline's
+
+
+@dataclass(frozen=True)
+class Localisation:
+    files: list[RankedFile]
+    documents: list[DocumentHit]
+    rerank_status: RerankStatus
+    rerank_reason: str
+    notes: list[str]
+    timings_ms: dict[str, float]
+
+
+class FileLocator:
+    """Ranks a code index's files for an error. Build once per index version (it reads the outline).
+
+    Paths are reported relative to `repo_root` (as a trace or a person names them); without one, relative
+    to the deepest folder holding every indexed file."""
+
+    def __init__(self, pipeline: Pipeline, config: LocateConfig | None = None, repo_root: Path | None = None):
+        self.pipeline = pipeline
+        self.config = config or LocateConfig()
+        outline = pipeline.store.outline()
+        root = _root_of([e.doc_id for e in outline], repo_root)
+        self._rel = {e.doc_id: _relative(e.doc_id, root) for e in outline}
+        self.symbols = SymbolTable(replace(e, path=self._rel[e.doc_id]) for e in outline)
+        self._doc_ids = {path: doc_id for doc_id, path in self._rel.items()}
+
+    def path_of(self, doc_id: str, fallback: str) -> str:
+        """The repository-relative path of an indexed document."""
+        return self._rel.get(doc_id, fallback)
+
+    def query_for(self, parsed: ParsedError, text: str) -> tuple[str, list[str]]:
+        """The search query and the code names it carries."""
+        names = trace_symbols(parsed)[:MAX_NAMES] if self.config.use_trace else []
+        names += [n for n in mentioned_names(text) if n not in names][: MAX_NAMES]
+        head = " ".join(p for p in (parsed.exception_type, parsed.message) if p)
+        return " ".join([head, text if text != parsed.message else "", *names]).strip(), names
+
+    def locate(self, parsed: ParsedError, text: str = "") -> Localisation:
+        config, pipeline = self.config, self.pipeline
+        started = time.perf_counter()
+        query, names = self.query_for(parsed, text or parsed.message)
+        notes: list[str] = []
+        search = first_stage(
+            pipeline.store, pipeline.embedder, query, config.candidates, pipeline.config.first_stage,
+            Filter(), max_per_document=pipeline.config.chunks_per_document,
+        )
+        frame_chunks, frame_labels = self._frame_chunks(parsed.frames) if config.use_trace else ([], {})
+        symbol_chunks = self._symbol_chunks(names) if config.use_trace else []
+        if config.use_trace and parsed.frames and not frame_chunks:
+            notes.append("no frame of the trace is a file of this repository")
+        candidates = self._fuse(search, frame_chunks, symbol_chunks)
+        fused_ms = 1000 * (time.perf_counter() - started)
+        policy = config.policy or pipeline.config.policy
+        second = second_stage(
+            query, candidates, pipeline.reranker, policy, pipeline.config.guaranteed, pipeline.config.rrf_k,
+            pipeline.config.rerank_timeout_s,
+        )
+        documents = group(second.hits, config.k, pipeline.config.chunks_per_document)
+        rerank_ms = 1000 * (time.perf_counter() - started) - fused_ms
+        frame_files = {c.doc_id for c in frame_chunks}
+        symbol_files = {c.doc_id for c in symbol_chunks}
+        search_files = {c.chunk.doc_id for c in search}
+        files = []
+        for doc in documents:
+            best = doc.best.chunk
+            signals = [s for s, ids in (("frame", frame_files), ("symbol", symbol_files),
+                                        ("search", search_files)) if doc.doc_id in ids]
+            path = self.path_of(doc.doc_id, doc.path)
+            files.append(RankedFile(
+                path=path, rank=doc.rank, score=round(doc.score, 6), signals=signals,
+                frames=frame_labels.get(path, []), excerpt=_excerpt(best.text),
+                line_start=best.line_start, line_end=best.line_end,
+            ))
+        return Localisation(files, documents, second.status, second.reason, notes,
+                            {"first_stage": round(fused_ms, 1), "rerank": round(rerank_ms, 1)})
+
+    # ---- the three lists --------------------------------------------------------------------------
+
+    def _chunks_of(self, path: str) -> list[Chunk]:
+        doc_id = self._doc_ids.get(path)
+        return self.pipeline.store.get_chunks(doc_id) if doc_id else []
+
+    def _frame_chunks(self, frames: tuple[Frame, ...]) -> tuple[list[Chunk], dict[str, list[str]]]:
+        chunks: list[Chunk] = []
+        labels: dict[str, list[str]] = {}
+        in_repo = [f for f in frames if not f.library][:MAX_FRAMES] or list(frames[:MAX_FRAMES])
+        for match in match_frames(in_repo, self.symbols.paths):
+            frame = match.frame
+            labels.setdefault(match.path, []).append(f"{frame.symbol or '?'}:{frame.line or '?'}")
+            file_chunks = self._chunks_of(match.path)
+            if not file_chunks:
+                continue
+            chunk = _chunk_at(file_chunks, frame.line)
+            if chunk is None and frame.function:  # no line: the definition of the frame's function
+                chunk = next((c for c in file_chunks if c.heading and
+                              c.heading.split(".")[-1] == frame.function), None)
+            chunks.append(chunk or file_chunks[0])
+        return chunks, labels
+
+    def _symbol_chunks(self, names: list[str]) -> list[Chunk]:
+        chunk_ids: list[tuple[str, str]] = []  # (path, chunk_id)
+        for name in names:
+            for definition in self.symbols.files_defining(name):
+                chunk_ids.append((definition.path, definition.chunk_id))
+            if "." in name:
+                module = self.symbols.module_file(name)
+                if module:
+                    chunk_ids.append((module, ""))
+        chunks: list[Chunk] = []
+        for path, chunk_id in dict.fromkeys(chunk_ids):
+            file_chunks = self._chunks_of(path)
+            chosen = next((c for c in file_chunks if c.chunk_id == chunk_id), file_chunks[0] if file_chunks else None)
+            if chosen is not None:
+                chunks.append(chosen)
+        return chunks
+
+    def _fuse(self, search: list[Candidate], frames: list[Chunk], symbols: list[Chunk]) -> list[Candidate]:
+        config = self.config
+        by_id = {c.chunk.chunk_id: c for c in search}
+        chunks = {c.chunk_id: c for c in frames + symbols}
+        rrf_k = self.pipeline.config.first_stage.rrf_k
+        lists = [
+            (list(dict.fromkeys(c.chunk_id for c in frames)), config.frame_weight, FRAME_RRF_K),
+            (list(dict.fromkeys(c.chunk_id for c in symbols)), config.symbol_weight, rrf_k),
+            ([c.chunk.chunk_id for c in search], config.search_weight, rrf_k),
+        ]
+        scores: dict[str, float] = {}
+        for ids, weight, k in lists:  # weighted RRF, the frames' list with a steep k (see FRAME_RRF_K)
+            for rank, chunk_id in enumerate(ids, start=1):
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + rank)
+        fused = sorted(scores.items(), key=lambda kv: -kv[1])
+        per_doc: dict[str, int] = {}
+        out: list[Candidate] = []
+        cap = self.pipeline.config.chunks_per_document
+        for chunk_id, score in fused:
+            found = by_id.get(chunk_id)
+            chunk = found.chunk if found else chunks[chunk_id]
+            if per_doc.get(chunk.doc_id, 0) >= cap:
+                continue
+            per_doc[chunk.doc_id] = per_doc.get(chunk.doc_id, 0) + 1
+            rank = len(out) + 1
+            if found:
+                out.append(Candidate(chunk, rank, score, found.bm25_rank, found.bm25_score,
+                                     found.dense_rank, found.dense_score))
+            else:
+                out.append(Candidate(chunk, rank, score))
+            if len(out) >= max(config.candidates, len(frames) + len(symbols)):
+                break
+        return out
+
+
+def _root_of(doc_ids: list[str], repo_root: Path | None) -> str:
+    if repo_root is not None:
+        return repo_root.resolve().as_posix()
+    if not doc_ids:
+        return ""
+    return os.path.commonpath([os.path.dirname(d) for d in doc_ids]) if all(d.startswith("/") for d in doc_ids) else ""
+
+
+def _relative(doc_id: str, root: str) -> str:
+    if root and doc_id.startswith(root.rstrip("/") + "/"):
+        return doc_id[len(root.rstrip("/")) + 1 :]
+    return doc_id
+
+
+def _chunk_at(chunks: list[Chunk], line: int | None) -> Chunk | None:
+    if line is None:
+        return None
+    holding = [c for c in chunks if c.line_start is not None and c.line_start <= line <= (c.line_end or c.line_start)]
+    return min(holding, key=lambda c: (c.line_end or 0) - (c.line_start or 0), default=None)
+
+
+def _excerpt(text: str) -> str:
+    lines = text.splitlines()
+    return "\n".join(lines[:EXCERPT_LINES]) + ("\n..." if len(lines) > EXCERPT_LINES else "")

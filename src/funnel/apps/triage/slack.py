@@ -1,0 +1,479 @@
+"""Triage results to Slack through an incoming webhook.
+
+`SlackNotifier.notify(result)` turns a `TriageResult` into a Block Kit message and posts it, with three
+guards in front of the HTTP call:
+
+- de-duplication by `result.fingerprint`: the first occurrence opens a window (`dedupe_window_s`) and is
+  sent; later occurrences inside the window are only counted. The first occurrence after the window sends a
+  new message that says how many happened meanwhile ("seen 4 times in the last 2 hours").
+- a rate limit: at most `rate_per_minute` messages in any rolling minute. A message over the limit is
+  dropped (not queued); its occurrence is still counted and reported by the next message that goes out.
+- retries: 429 (honouring `Retry-After`, capped at 30 s), 5xx, timeouts and connection errors are retried
+  with exponential backoff; any other 4xx fails at once with Slack's plain-text reason.
+
+Nothing here raises for a delivery problem: `notify` returns a `Delivery` saying what happened. Everything
+in the message goes through `redact` first, and the webhook URL (itself a credential) is never put in a log
+line or a `Delivery.detail`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+
+import httpx
+
+from funnel.apps.triage.redact import redact, redact_obj
+from funnel.apps.triage.schema import TriageResult
+from funnel.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+HEADER_CHARS = 150  # Slack's limit for a header block
+SECTION_CHARS = 3000  # Slack's limit for a section's (and a context element's) text
+MAX_BLOCKS = 50  # Slack's limit for a message
+TOP_FILES = 5
+RETRY_AFTER_CAP_S = 30.0
+LLM_UNAVAILABLE = "LLM unavailable — ranked files only"
+_MESSAGE_CHARS = 1000
+_BULLET_CHARS = 400
+_DETAIL_CHARS = 300
+_MAX_FINGERPRINTS = 10_000  # de-duplication state kept in memory at most (oldest dropped first)
+
+
+class DeliveryStatus(StrEnum):
+    SENT = "sent"
+    DEDUPLICATED = "deduplicated"  # a message for this fingerprint went out within the window
+    RATE_LIMITED = "rate_limited"  # over `rate_per_minute`: dropped, not queued
+    FAILED = "failed"  # Slack refused it, or kept failing through every retry
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one `notify` call.
+
+    `attempts` counts HTTP requests (0 when nothing was posted). `count` is the number of occurrences the
+    delivery stands for: for `sent`/`failed`/`rate_limited` the occurrences the message reports (this one
+    plus those not reported yet); for `deduplicated` the occurrences so far in the open window, the sent one
+    included. `detail` is one line for logs and the incident store, never the webhook URL.
+    """
+
+    status: DeliveryStatus
+    attempts: int
+    detail: str
+    count: int
+
+
+@dataclass
+class _Seen:
+    window_start: float | None = None  # when the last message went out; None: no window open
+    in_window: int = 0  # occurrences since window_start, the sent one included
+    unreported: int = 0  # occurrences no message has reported yet
+    unreported_since: float = 0.0
+    in_flight: object | None = None  # the reservation of a message being posted now
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    count: int
+    since: float
+    previous_window_start: float | None
+    previous_in_window: int
+
+
+class SlackNotifier:
+    """Posts triage results to one Slack incoming webhook. Thread-safe; cheap to build (no connection).
+
+    `client` is used as given (tests hand in one over a local server); without one, an `httpx.Client` is
+    created on first use. `timeout` applies to every request. `max_retries` is the number of retries after
+    the first attempt. `clock` (monotonic seconds) and `sleep` are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        webhook_url: str,
+        client: httpx.Client | None = None,
+        *,
+        timeout: float = 10,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        rate_per_minute: int = 20,
+        dedupe_window_s: float = 3600,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        _check_url(webhook_url)
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be positive, got {timeout}")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
+        if backoff < 0:
+            raise ConfigError(f"backoff must be 0 or more, got {backoff}")
+        if rate_per_minute < 1:
+            raise ConfigError(f"rate_per_minute must be at least 1, got {rate_per_minute}")
+        if dedupe_window_s < 0:
+            raise ConfigError(f"dedupe_window_s must be 0 or more, got {dedupe_window_s}")
+        self._url = webhook_url
+        self._secret_parts = _secret_parts(webhook_url)
+        _LOG_SCRUBBER.watch(self._secret_parts)
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff = float(backoff)
+        self.rate_per_minute = rate_per_minute
+        self.dedupe_window_s = float(dedupe_window_s)
+        self._clock = clock
+        self._sleep = sleep
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.Lock()
+        self._seen: dict[str, _Seen] = {}
+        self._sent_at: deque[float] = deque()
+
+    def __repr__(self) -> str:  # never shows the webhook URL
+        return (
+            f"SlackNotifier(webhook=[REDACTED], rate_per_minute={self.rate_per_minute}, "
+            f"dedupe_window_s={self.dedupe_window_s:g})"
+        )
+
+    def close(self) -> None:
+        """Closes the client this notifier created (an injected client belongs to the caller)."""
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- the one verb ----------------------------------------------------------------------------------
+
+    def notify(self, result: TriageResult) -> Delivery:
+        """Posts `result` unless it is a duplicate or over the rate limit; never raises for delivery.
+
+        A rate-limited message is dropped, not queued: its occurrence is counted and the next message for
+        the fingerprint reports it. A failed message opens no de-duplication window, so the next occurrence
+        tries again (and reports this one too).
+        """
+        fingerprint = result.fingerprint
+        with self._lock:
+            now = self._clock()
+            admitted = self._admit(fingerprint, now)
+        if isinstance(admitted, Delivery):
+            log.info("slack: %s for %s (%s)", admitted.status.value, fingerprint, admitted.detail)
+            return admitted
+        reservation, token = admitted
+        span = now - reservation.since if reservation.count > 1 else None
+        try:
+            payload = self.blocks_for(result, reservation.count, span_s=span)
+            sent, attempts, detail = self._post(payload)
+        except Exception as e:  # noqa: BLE001 (a bug must not take the caller, an API request, down with it)
+            reason = f"{type(e).__name__}: {self._scrub(str(e))}"
+            sent, attempts, detail = False, 0, f"could not build or post the message: {reason}"
+        with self._lock:
+            self._settle(fingerprint, reservation, token, sent)
+        if sent:
+            return Delivery(DeliveryStatus.SENT, attempts, detail, reservation.count)
+        log.warning("slack: delivery failed for %s: %s", fingerprint, detail)
+        return Delivery(DeliveryStatus.FAILED, attempts, detail, reservation.count)
+
+    # --- the message -----------------------------------------------------------------------------------
+
+    def blocks_for(self, result: TriageResult, count: int = 1, *, span_s: float | None = None) -> dict:
+        """The Block Kit payload `{"text": fallback, "blocks": [...]}` for `result`, redacted and escaped.
+
+        `count` occurrences are reported, over the last `span_s` seconds (the de-duplication window when
+        not given).
+        """
+        top = sorted(result.files, key=lambda f: f.rank)[:TOP_FILES]
+        # only what the message shows is redacted (excerpts can be long and are not shown)
+        r = redact_obj(
+            result.model_copy(update={"files": [f.model_copy(update={"excerpt": ""}) for f in top]})
+        )
+        title = f"{r.exception_type or 'Error'} in {r.service}"
+        blocks: list[dict] = [
+            {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_CHARS)}}
+        ]
+        if r.message:
+            blocks.append(_section(f"*Error*\n{_fit(_escape(r.message), _MESSAGE_CHARS)}"))
+        if r.analysis is not None:
+            text = (
+                f"*Summary*\n{_escape(r.analysis.summary)}\n\n*Root cause*\n{_escape(r.analysis.root_cause)}"
+            )
+            blocks.append(_section(text))
+        else:
+            reason = f"\n_{_escape(r.analysis_reason)}_" if r.analysis_reason else ""
+            blocks.append(_section(f"*{LLM_UNAVAILABLE}*{reason}"))
+        files = _file_lines(r)
+        if files:
+            title_files = "Suspected files" if r.analysis and r.analysis.suspected_files else "Ranked files"
+            blocks.append(_section(f"*{title_files}*\n" + "\n".join(files)))
+        if r.analysis is not None and r.analysis.fix_suggestion:
+            blocks.append(_section(f"*Suggested fix*\n{_escape(r.analysis.fix_suggestion)}"))
+        status = f"analysis: {r.analysis_status.value}"
+        if r.analysis is not None:
+            status = f"confidence: {r.analysis.confidence:.2f} · {status}"
+        blocks.append(_context(status))
+        seen = _occurrences(count, span_s, self.dedupe_window_s)
+        blocks.append(_context(f"fingerprint `{_escape(r.fingerprint)}` · {seen}"))
+        summary = r.analysis.summary if r.analysis is not None else r.message
+        fallback = _fit(_escape(f"{title}: {summary}" if summary else title), SECTION_CHARS)
+        return redact_obj({"text": fallback, "blocks": blocks[:MAX_BLOCKS]})
+
+    # --- guards: de-duplication and rate limit (called under the lock) ---------------------------------
+
+    def _admit(self, fingerprint: str, now: float) -> Delivery | tuple[_Reservation, object]:
+        seen = self._seen.get(fingerprint)
+        if seen is None:
+            self._prune(now)
+            seen = self._seen[fingerprint] = _Seen()
+        if seen.unreported == 0:
+            seen.unreported_since = now
+        seen.unreported += 1
+        if seen.window_start is not None and now - seen.window_start < self.dedupe_window_s:
+            seen.in_window += 1
+            ago = _duration(now - seen.window_start)
+            detail = f"already sent within the last {ago}; {seen.in_window} occurrences in this window"
+            return Delivery(DeliveryStatus.DEDUPLICATED, 0, detail, seen.in_window)
+        if not self._take_slot(now):
+            detail = f"over {self.rate_per_minute} Slack messages a minute: dropped, not queued"
+            return Delivery(DeliveryStatus.RATE_LIMITED, 0, detail, seen.unreported)
+        reservation = _Reservation(seen.unreported, seen.unreported_since, seen.window_start, seen.in_window)
+        token = object()
+        seen.window_start, seen.in_window, seen.unreported, seen.in_flight = now, 1, 0, token
+        return reservation, token
+
+    def _settle(self, fingerprint: str, reservation: _Reservation, token: object, sent: bool) -> None:
+        """Ends a reservation. One whose message failed is undone: no window, its occurrences unreported."""
+        seen = self._seen.get(fingerprint)
+        if seen is None or seen.in_flight is not token:
+            return
+        seen.in_flight = None
+        if sent:
+            return
+        since = min(reservation.since, seen.unreported_since) if seen.unreported else reservation.since
+        seen.unreported += reservation.count
+        seen.unreported_since = since
+        seen.window_start, seen.in_window = reservation.previous_window_start, reservation.previous_in_window
+
+    def _take_slot(self, now: float) -> bool:
+        while self._sent_at and now - self._sent_at[0] >= 60.0:
+            self._sent_at.popleft()
+        if len(self._sent_at) >= self.rate_per_minute:
+            return False
+        self._sent_at.append(now)
+        return True
+
+    def _prune(self, now: float) -> None:
+        if len(self._seen) < _MAX_FINGERPRINTS:
+            return
+
+        def expired(s: _Seen) -> bool:
+            closed = s.window_start is None or now - s.window_start >= self.dedupe_window_s
+            return closed and s.unreported == 0 and s.in_flight is None
+
+        for key in [k for k, s in self._seen.items() if expired(s)]:
+            del self._seen[key]
+        if len(self._seen) >= _MAX_FINGERPRINTS:  # all active: forget the oldest half
+            by_age = sorted(
+                self._seen, key=lambda k: self._seen[k].window_start or self._seen[k].unreported_since
+            )
+            for key in by_age[: len(by_age) // 2]:
+                del self._seen[key]
+
+    # --- HTTP --------------------------------------------------------------------------------------------
+
+    def _post(self, payload: dict) -> tuple[bool, int, str]:
+        attempts, detail = 0, ""
+        for attempt in range(1, self.max_retries + 2):
+            attempts = attempt
+            delay = self._backoff(attempt)
+            try:
+                response = self._http().post(self._url, json=payload, timeout=self.timeout)
+            except httpx.TimeoutException:
+                detail = f"Slack did not answer within {self.timeout:g}s"
+            except (httpx.HTTPError, httpx.InvalidURL, OSError) as e:
+                detail = f"cannot reach Slack: {type(e).__name__}: {self._scrub(str(e))}"
+            else:
+                if response.is_success:
+                    return True, attempt, "delivered" if attempt == 1 else f"delivered on attempt {attempt}"
+                detail = f"Slack answered HTTP {response.status_code}: {self._scrub(_body(response))}"
+                if response.status_code == 429:
+                    delay = _retry_after(response.headers.get("retry-after"), delay)
+                elif response.status_code < 500:
+                    return False, attempt, detail  # 400 invalid_payload, 403 invalid_token, 404, 410: final
+            if attempt <= self.max_retries:
+                log.info("slack: attempt %d failed (%s); retrying in %.2fs", attempt, detail, delay)
+                self._sleep(delay)
+        return False, attempts, f"{detail} (gave up after {attempts} attempts)"
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.backoff * 2 ** (attempt - 1), RETRY_AFTER_CAP_S)
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = httpx.Client(timeout=self.timeout)
+        return self._client
+
+    def _scrub(self, text: str) -> str:
+        """One line, without the webhook URL or any part of it that carries the secret, redacted, cut."""
+        for part in self._secret_parts:
+            text = text.replace(part, "[webhook]")
+        return _cut(redact(" ".join(text.split())), _DETAIL_CHARS)
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+class _WebhookLogScrubber(logging.Filter):
+    """httpx logs every request's URL at INFO ("HTTP Request: POST https://hooks.slack.com/..."); this
+    filter, on the httpx and httpcore loggers, puts `[webhook]` in place of any webhook URL a notifier
+    holds, so turning on INFO logging does not leak it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: set[str] = set()
+        self._lock = threading.Lock()
+        self._installed = False
+
+    def watch(self, parts: list[str]) -> None:
+        with self._lock:
+            self._parts.update(parts)
+            if not self._installed:
+                for name in ("httpx", "httpcore"):
+                    logging.getLogger(name).addFilter(self)
+                self._installed = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        parts = sorted(self._parts, key=len, reverse=True)
+        if not parts:
+            return True
+        message = record.getMessage()
+        scrubbed = message
+        for part in parts:
+            scrubbed = scrubbed.replace(part, "[webhook]")
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, None
+        return True
+
+
+_LOG_SCRUBBER = _WebhookLogScrubber()
+
+
+def _check_url(url: str) -> None:
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        raise ConfigError("the Slack webhook URL is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError("the Slack webhook URL must be an http(s) URL with a host")
+
+
+def _secret_parts(url: str) -> list[str]:
+    """The strings that would give the webhook away: the URL as given and as httpx prints it, its path."""
+    parsed = httpx.URL(url)
+    parts = {url, str(parsed), url.rstrip("/")}
+    path = parsed.raw_path.decode("ascii", "replace")
+    if len(path) > 1:
+        parts.add(path)
+        parts.add(path.split("?", 1)[0])
+        last = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if len(last) >= 8:  # Slack's secret is the last segment; a body may echo it alone
+            parts.add(last)
+    return sorted((p for p in parts if len(p) > 1), key=len, reverse=True)
+
+
+def _body(response: httpx.Response) -> str:
+    return response.text.strip()[:_DETAIL_CHARS] or "(empty body)"  # httpx decodes with errors="replace"
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    """Seconds from a `Retry-After` header (seconds or an HTTP date), within 0..30; `default` without one."""
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
+        except (TypeError, ValueError):
+            return default
+    if math.isnan(seconds):
+        return default
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+
+
+def _escape(text: str) -> str:
+    """Slack mrkdwn's three control characters; anything else is shown as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fit(escaped: str, limit: int) -> str:
+    """`_cut` for escaped text: never ends in half an entity (`&am`)."""
+    if len(escaped) <= limit:
+        return escaped
+    cut = escaped[: limit - 1]
+    amp = cut.rfind("&", max(0, len(cut) - 5))
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + "…"
+
+
+def _section(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _fit(text, SECTION_CHARS)}}
+
+
+def _context(text: str) -> dict:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _fit(text, SECTION_CHARS)}]}
+
+
+def _lines(start: int | None, end: int | None) -> str:
+    if start is None:
+        return ""
+    return f":{start}" if end is None or end == start else f":{start}-{end}"
+
+
+def _code(text: str) -> str:
+    return "`" + _escape(text.replace("`", "'")) + "`"
+
+
+def _file_lines(r: TriageResult) -> list[str]:
+    if r.analysis is not None and r.analysis.suspected_files:
+        rows = [(f.path + _lines(f.line_start, f.line_end), f.reason) for f in r.analysis.suspected_files]
+    else:
+        rows = []
+        for f in sorted(r.files, key=lambda f: f.rank):
+            why = ", ".join(f.signals)
+            if f.frames:
+                why += ("; " if why else "") + "frames " + ", ".join(f.frames[:3])
+            rows.append((f.path + _lines(f.line_start, f.line_end), why))
+    return [
+        _fit(f"• {_code(where)}" + (f" — {_escape(why)}" if why else ""), _BULLET_CHARS)
+        for where, why in rows[:TOP_FILES]
+    ]
+
+
+def _duration(seconds: float) -> str:
+    """'minute', '20 minutes', 'hour', '3 hours': a span rounded up, for 'in the last ...'."""
+    minutes = max(1, math.ceil(seconds / 60 - 1e-9))
+    if minutes == 1:
+        return "minute"
+    if minutes % 60 == 0 or minutes > 120:
+        hours = math.ceil(minutes / 60)
+        return "hour" if hours == 1 else f"{hours} hours"
+    return f"{minutes} minutes"
+
+
+def _occurrences(count: int, span_s: float | None, window_s: float) -> str:
+    if count <= 1:
+        return f"first occurrence in the last {_duration(window_s)}" if window_s > 0 else "first occurrence"
+    return f"seen {count} times in the last {_duration(span_s if span_s is not None else window_s)}"

@@ -1,0 +1,238 @@
+"""The SQLite incident store: round trips, filters, redaction on disk, bounds, schema versioning, bad files,
+threads."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from funnel.apps.triage.incidents import SCHEMA_VERSION, Incident, IncidentStore
+from funnel.apps.triage.redact import REDACTED
+from funnel.apps.triage.schema import (
+    MAX_TRACE_CHARS,
+    Analysis,
+    AnalysisStatus,
+    ErrorReport,
+    RankedFile,
+    TriageResult,
+)
+from funnel.apps.triage.slack import Delivery, DeliveryStatus
+from funnel.errors import StoreError
+
+AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path, clock) -> IncidentStore:
+    return IncidentStore(tmp_path / "deep" / "er" / "incidents.sqlite", clock=clock)
+
+
+def report(service: str = "billing", trace: str = "Traceback...\nValueError: x", **kw) -> ErrorReport:
+    return ErrorReport(service=service, message=kw.pop("message", "boom"), stack_trace=trace, **kw)
+
+
+def result(
+    service: str = "billing", fingerprint: str = "fp-1", *, analysis: bool = True, **kw
+) -> TriageResult:
+    return TriageResult(
+        service=service,
+        exception_type="ValueError",
+        message=kw.pop("message", "boom"),
+        fingerprint=fingerprint,
+        files=[RankedFile(path="src/a.py", rank=1, score=0.9, signals=["frame"], excerpt="def f(): ...")],
+        analysis=Analysis(summary="s", root_cause="r", confidence=0.7) if analysis else None,
+        analysis_status=AnalysisStatus.OK if analysis else AnalysisStatus.LLM_UNAVAILABLE,
+        **kw,
+    )
+
+
+def test_record_and_get_round_trip(store):
+    r = result()
+    incident_id = store.record(report(), r)
+    got = store.get(incident_id)
+    assert isinstance(got, Incident)
+    assert (got.id, got.service, got.exception_type, got.message, got.fingerprint) == (
+        incident_id,
+        "billing",
+        "ValueError",
+        "boom",
+        "fp-1",
+    )
+    assert got.analysis_status == "ok"
+    assert (got.slack_status, got.slack_detail) == (None, None)
+    assert got.result() == r
+    assert got.report() == report()
+    created = datetime.fromisoformat(got.created_at)
+    assert created.utcoffset().total_seconds() == 0
+    assert created == datetime.fromtimestamp(1_700_000_000, UTC)
+    assert store.get(incident_id + 100) is None
+
+
+def test_parent_folder_is_created_and_wal_is_on(store):
+    assert store.path.exists()
+    with sqlite3.connect(store.path) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_set_delivery(store):
+    incident_id = store.record(report(), result())
+    store.set_delivery(incident_id, Delivery(DeliveryStatus.FAILED, 3, "Slack answered HTTP 500: oops", 1))
+    got = store.get(incident_id)
+    assert (got.slack_status, got.slack_detail) == ("failed", "Slack answered HTTP 500: oops")
+    with pytest.raises(StoreError, match="no incident 999"):
+        store.set_delivery(999, Delivery(DeliveryStatus.SENT, 1, "delivered", 1))
+
+
+def test_list_newest_first_with_filters_and_limit(store, clock):
+    ids = []
+    for i in range(6):
+        clock.now += 1
+        service = "billing" if i % 2 == 0 else "search"
+        ids.append(store.record(report(service), result(service, f"fp-{i % 3}")))
+    assert [i.id for i in store.list()] == ids[::-1]
+    assert [i.id for i in store.list(limit=2)] == ids[::-1][:2]
+    assert [i.id for i in store.list(service="search")] == [ids[5], ids[3], ids[1]]
+    assert [i.id for i in store.list(fingerprint="fp-0")] == [ids[3], ids[0]]
+    assert [i.id for i in store.list(service="billing", fingerprint="fp-0")] == [ids[0]]
+    assert store.list(service="nobody") == []
+    assert store.list(limit=0) == []
+
+
+def test_count_since(store, clock):
+    for _ in range(3):
+        store.record(report(), result(fingerprint="fp-a"))
+        clock.now += 600
+    store.record(report(), result(fingerprint="fp-b"))
+    # fp-a at t0, t0+10 min, t0+20 min; now is t0+30 min
+    assert store.count_since("fp-a", 3600) == 3
+    assert store.count_since("fp-a", 15 * 60) == 1
+    assert store.count_since("fp-b", 60) == 1
+    assert store.count_since("fp-c", 3600) == 0
+
+
+def test_secrets_never_reach_the_disk(store):
+    secrets = ("hunter2", AWS_KEY_ID, "s3cr3t-ctx", "swordfish", "xoxb-1234567890-abcdefghij")
+    incident_id = store.record(
+        report(
+            trace=f"File x.py\n  conn = connect('postgres://app:hunter2@db/x')\nKeyError: {AWS_KEY_ID}",
+            message="token=xoxb-1234567890-abcdefghij",
+            context={"db_password": "s3cr3t-ctx", "region": "eu"},
+        ),
+        result(message="password=swordfish"),
+    )
+    store.set_delivery(incident_id, Delivery(DeliveryStatus.FAILED, 1, "HTTP 400 for password=swordfish", 1))
+    got = store.get(incident_id)
+    assert got.report().context == {"db_password": REDACTED, "region": "eu"}
+    assert "postgres://app:***@db/x" in got.report().stack_trace
+    on_disk = b"".join(p.read_bytes() for p in store.path.parent.iterdir() if p.is_file())
+    assert b"billing" in on_disk  # the data is there (in the file or the WAL) ...
+    for secret in secrets:  # ... the secrets are not
+        assert secret.encode() not in on_disk
+
+
+def test_long_traces_keep_top_and_bottom(store):
+    trace = "TOP\n" + "x" * (MAX_TRACE_CHARS * 2) + "\nBOTTOM"
+    got = store.get(store.record(report(trace=trace), result())).report().stack_trace
+    assert len(got) == MAX_TRACE_CHARS
+    assert got.startswith("TOP\n") and got.endswith("\nBOTTOM")
+    assert "the middle is cut" in got
+
+
+def test_long_results_are_bounded(store):
+    r = result(message="m" * 50_000)
+    r.files = [RankedFile(path=f"f{i}.py", rank=i + 1, score=0.1, excerpt="e" * 10_000) for i in range(60)]
+    stored = store.get(store.record(report(), r)).result()
+    assert len(stored.message) <= 10_000
+    assert len(stored.files) == 50
+    assert max(len(f.excerpt) for f in stored.files) <= 4000
+
+
+def test_reopening_keeps_the_data(store, clock):
+    incident_id = store.record(report(), result())
+    again = IncidentStore(store.path, clock=clock)
+    assert again.get(incident_id).fingerprint == "fp-1"
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "incidents.sqlite"
+    IncidentStore(path)
+    with sqlite3.connect(path) as con:
+        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match="newer funnel") as e:
+        IncidentStore(path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_file_that_is_not_sqlite_is_a_one_line_store_error(tmp_path):
+    path = tmp_path / "incidents.sqlite"
+    path.write_bytes(b"this is not a database, just some text that goes on\n" * 200)
+    with pytest.raises(StoreError, match="not an incident database") as e:
+        IncidentStore(path)
+    assert "\n" not in str(e.value)
+
+
+def test_an_sqlite_file_of_something_else_is_refused(tmp_path):
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE songs (title TEXT)")
+    with pytest.raises(StoreError, match="something else"):
+        IncidentStore(path)
+
+
+def test_a_folder_in_the_way_is_a_store_error(tmp_path):
+    (tmp_path / "incidents.sqlite").mkdir()
+    with pytest.raises(StoreError):
+        IncidentStore(tmp_path / "incidents.sqlite")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="cannot create"):
+        IncidentStore(tmp_path / "file" / "sub" / "incidents.sqlite")
+
+
+def test_threads_share_one_store(store):
+    ids: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        try:
+            for i in range(15):
+                incident_id = store.record(report(), result(fingerprint=f"fp-{n}"))
+                store.set_delivery(incident_id, Delivery(DeliveryStatus.SENT, 1, "delivered", 1))
+                store.list(limit=5)
+                with lock:
+                    ids.append(incident_id)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(set(ids)) == 8 * 15
+    assert all(i.slack_status == "sent" for i in store.list(limit=1000))
+    assert store.count_since("fp-3", 60) == 15
+
+
+def test_store_accepts_str_path(tmp_path: Path):
+    s = IncidentStore(str(tmp_path / "x.sqlite"))
+    assert s.path == tmp_path / "x.sqlite"
