@@ -290,3 +290,19 @@ def test_cli_triage_bad_input_is_one_line(tmp_path, args, message):
 
     result = funnel("triage", *args, cwd=tmp_path, env={"FUNNEL_REPO_CACHE": str(tmp_path)}, input="")
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.model
+def test_real_models_keep_the_raising_file_first(tmp_path_factory):
+    """The same cases with the packaged embedder and the built-in reranker (what `funnel triage` runs)."""
+    from funnel.embed import load_embedder
+    from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
+
+    p = Pipeline(LanceStore(tmp_path_factory.mktemp("real")), load_embedder("minilm"),
+                 reranker=OnnxCrossEncoder(builtin_model_dir()))
+    p.ingest([SAMPLE_REPO])
+    locator = FileLocator(p, repo_root=SAMPLE_REPO)
+    for scenario, raising in RAISING_FILE.items():
+        found = locator.locate(parse_trace(raised_in_sample_app(scenario)))
+        assert found.rerank_status.value == "ok"
+        assert found.files[0].path == raising, (scenario, [f.path for f in found.files])
