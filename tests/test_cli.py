@@ -1,5 +1,6 @@
 """The CLI as a user runs it: one-line errors, meaningful exit codes, no tracebacks."""
 
+import json
 import os
 import subprocess
 import sys
@@ -131,3 +132,16 @@ def test_builtin_reranker_from_the_cli(tmp_path, docs):
     result = funnel("search", "CEO of Acme", "--reranker", "builtin", "--policy", "rrf", "--explain", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert "rerank: ok" in result.stderr and "acme.txt" in result.stdout
+
+
+def test_ask_with_an_llm_that_is_down_answers_extractively_and_says_why(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Zentara\n\nIris Kallas is the CEO of Zentara Robotics.\n")
+    assert funnel("ingest", str(docs), "--index", str(tmp_path / "idx"), cwd=tmp_path).returncode == 0
+    result = funnel("ask", "Who is the CEO of Zentara?", "--index", str(tmp_path / "idx"), "--json",
+                    "--llm", "openai:http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["generator"] == "extractive" and "cannot reach" in data["fallback_reason"]
+    assert "Iris Kallas" in data["answer"]

@@ -138,11 +138,12 @@ def ask(
     k: KOpt = None,
     policy: PolicyOpt = None,
     reranker: RerankerOpt = None,
+    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL (default: extractive)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="show the retrieval behind the answer")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the documents, with numbered citations."""
-    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker)
+    settings = _settings(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker, llm=llm)
     try:
         answer = build_pipeline(settings).ask(question)
     except FunnelError as e:
@@ -199,23 +200,52 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
     reranker: RerankerOpt = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads [env FUNNEL_DATA_DIR]")] = None,
+    embedder: EmbedderOpt = None,
+    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL")] = None,
 ) -> None:
-    """Serve the HTTP API: POST /v1/rerank (Cohere/Jina shape) and /api/rerank (Ollama shape); docs at /docs."""
+    """Serve the HTTP API and web page: collections, upload, search, ask (SSE), rerank; docs at /docs."""
     import uvicorn  # here, so the other commands do not pay for importing the web stack
 
     from funnel.apps.api import create_app
 
-    settings = _settings(reranker=reranker)
+    settings = _settings(reranker=reranker, data_dir=data_dir, embedder=embedder, llm=llm)
     try:
         api = create_app(settings)
         if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
             api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
     except FunnelError as e:
         _fail(e)
+    warning = exposure_warning(host, settings.api_key is not None)
+    if warning:
+        err.print(styled("warning:", "yellow", warning))
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
     served = api.state.reranker.name if api.state.reranker else "none"  # name: a URL without credentials
-    err.print(f"funnel serving on http://{host}:{port} (reranker: {served}); docs at /docs")
+    answers = api.state.chat.name if api.state.chat else "extractive"
+    err.print(
+        f"funnel serving on http://{host}:{port} (reranker: {served}, answers: {answers}, "
+        f"data: {settings.data_dir}); docs at /docs"
+    )
     uvicorn.run(api, host=host, port=port, log_level=log_level)
+
+
+def exposure_warning(host: str, has_api_key: bool) -> str | None:
+    """A warning when the server listens beyond this machine with no API key, else None."""
+    import ipaddress
+
+    if has_api_key:
+        return None
+    name = host.strip("[]")
+    try:
+        loopback = ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = name == "localhost"
+    if loopback:
+        return None
+    return (
+        f"listening on {host} with no api_key: anyone who can reach this port can read, upload and delete "
+        "documents; set FUNNEL_API_KEY (or api_key in funnel.toml)"
+    )
 
 
 @app.command()
@@ -321,6 +351,10 @@ def _print_answer(answer: Answer) -> None:
     for c in answer.citations:
         out.print(f"[{c.number}] {c.path} ({c.location})")
     out.print(f"answered by: {answer.generator}", style="dim")
+    if answer.fallback_reason:
+        err.print(styled("note:", "yellow", f"the LLM did not answer ({answer.fallback_reason})"))
+    if answer.flags:
+        err.print(styled("flags:", "yellow", ", ".join(answer.flags)))
     if answer.search is not None:
         _print_status(answer.search)
 
@@ -336,6 +370,8 @@ def _answer_json(answer: Answer) -> dict:
         "question": answer.question,
         "answer": answer.text,
         "generator": answer.generator,
+        "fallback_reason": answer.fallback_reason,
+        "flags": list(answer.flags),
         "citations": [asdict(c) for c in answer.citations],
         "search": _result_json(answer.search) if answer.search else None,
     }

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from funnel.apps.settings import Settings
 from funnel.embed import DEFAULT, load_embedder, spec_for
+from funnel.embed.base import Embedder
 from funnel.errors import ConfigError
+from funnel.generate.base import Generator
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
 from funnel.rerank.http import HttpReranker, RerankApi
 from funnel.rerank.lexical import LexicalReranker
 from funnel.retrieve.first_stage import FirstStageConfig
-
 
 RERANKER_SPECS = ("none", "builtin", "onnx:DIR", "st:MODEL", "lexical", *(f"{api.value}:URL" for api in RerankApi))
 
@@ -87,8 +88,8 @@ def _index_embedder(store: LanceStore) -> str:
     return spec
 
 
-def build_pipeline(settings: Settings) -> Pipeline:
-    config = SearchConfig(
+def search_config(settings: Settings) -> SearchConfig:
+    return SearchConfig(
         k=settings.k,
         candidates=settings.candidates,
         first_stage=FirstStageConfig(
@@ -103,11 +104,30 @@ def build_pipeline(settings: Settings) -> Pipeline:
         rrf_k=settings.rrf_k,
         rerank_timeout_s=settings.rerank_timeout_s,
     )
+
+
+def build_generator(chat, embedder: Embedder) -> Generator:
+    """The answer generator: the chat LLM (`build_chat`) with the extractive answer as its fallback, or the
+    extractive answer alone when there is no LLM. Cheap: connects to nothing."""
+    from funnel.generate.extractive import ExtractiveGenerator
+
+    extractive = ExtractiveGenerator(embedder)
+    if chat is None:
+        return extractive
+    from funnel.generate.llm import FallbackGenerator, LlmGenerator
+
+    return FallbackGenerator(LlmGenerator(chat), extractive)
+
+
+def build_pipeline(settings: Settings) -> Pipeline:
+    config = search_config(settings)
     store = LanceStore(settings.index)
+    embedder = load_embedder(settings.embedder or _index_embedder(store), settings.threads)
     return Pipeline(
         store=store,
-        embedder=load_embedder(settings.embedder or _index_embedder(store), settings.threads),
+        embedder=embedder,
         reranker=reranker_from_settings(settings),
+        generator=build_generator(build_chat(settings), embedder),
         config=config,
         max_tokens=settings.max_tokens,
     )

@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     repo: Path | None = Field(None, description="triage: the repository root (read_file is confined to it)")
     slack_webhook_url: SecretStr | None = Field(None, description="triage: Slack incoming-webhook URL")
     incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")
+    data_dir: Path = Field(Path(".funnel-data"), description="serve: collections (indexes + uploaded files)")
+    max_upload_mb: int = Field(50, ge=1, le=10_000, description="serve: largest upload request, in MiB")
+    api_key: SecretStr | None = Field(
+        None, description="serve: required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, /metrics"
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list, description='serve: origins allowed by CORS, e.g. ["http://localhost:5173"]'
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -1,65 +1,29 @@
-"""funnel's HTTP API (`funnel serve`): a FastAPI app built by `create_app(settings)` from routers.
-
-For now it serves reranking with the configured local reranker, in two wire shapes, so that clients
-written for other servers can point at funnel unchanged:
+"""Reranking over HTTP with the configured reranker, in two wire shapes, so that clients written for other
+servers can point at funnel unchanged:
 
 - `POST /v1/rerank`: Cohere / Jina (`{model?, query, documents, top_n?, return_documents?}`).
 - `POST /api/rerank`: the Ollama-style shape of seed 000 (`{model?, query, documents}`).
 
-Errors are converted once: one handler maps `FunnelError` subclasses to status codes; request validation
-answers 422 with a `detail` list of {loc, msg, type} (without FastAPI's echo of the offending input).
 The endpoints are plain `def`, so FastAPI runs the (sync) reranker in its threadpool.
-OpenAPI: `/openapi.json`; interactive docs at `/docs` (Swagger UI loads its assets from a CDN).
-New areas (collections, search, ask) come as more routers included in `create_app`.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
 from pydantic import AfterValidator, BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
-import funnel
-from funnel.apps.factory import RERANKER_SPECS, reranker_from_settings
-from funnel.apps.settings import Settings
-from funnel.errors import (
-    BackendUnavailable,
-    ConfigError,
-    FunnelError,
-    IngestError,
-    NotFound,
-    StoreError,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from funnel.apps.factory import RERANKER_SPECS
+from funnel.errors import BackendUnavailable, UpstreamError
 from funnel.rerank.base import Reranker
 from funnel.types import Candidate, Chunk, RerankResult
 
 MAX_DOCUMENTS = 1000
 MAX_DOCUMENT_CHARS = 100_000
 MAX_QUERY_CHARS = 100_000
-
-# Most specific first; the first class an error is an instance of decides its status.
-ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
-    (UpstreamTimeout, 504),
-    (UpstreamError, 502),
-    (BackendUnavailable, 503),
-    (StoreError, 503),
-    (ConfigError, 400),
-    (NotFound, 404),
-    (IngestError, 422),
-)
-
-
-def status_for(error: FunnelError) -> int:
-    return next((status for cls, status in ERROR_STATUS if isinstance(error, cls)), 500)
 
 
 # --- request and response models ------------------------------------------------------------------------
@@ -176,21 +140,12 @@ def _best_first(scores: tuple[float, ...]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
 
 
-# --- routers --------------------------------------------------------------------------------------------
+# --- the router -------------------------------------------------------------------------------------
 
-health_router = APIRouter(tags=["health"])
-
-
-@health_router.get("/health")
-def health(request: Request) -> dict:
-    reranker = request.app.state.reranker
-    return {"status": "ok", "version": funnel.__version__, "reranker": reranker.name if reranker else None}
+router = APIRouter(tags=["rerank"])
 
 
-rerank_router = APIRouter(tags=["rerank"])
-
-
-@rerank_router.post("/v1/rerank", response_model=CohereRerankResponse, response_model_exclude_none=True)
+@router.post("/v1/rerank", response_model=CohereRerankResponse, response_model_exclude_none=True)
 def rerank_cohere(body: CohereRerankRequest, reranker: RerankerDep) -> CohereRerankResponse:
     """Cohere / Jina shape: results best first, `top_n` of them, documents echoed on request."""
     texts = body.texts()
@@ -212,77 +167,9 @@ def rerank_cohere(body: CohereRerankRequest, reranker: RerankerDep) -> CohereRer
     )
 
 
-@rerank_router.post("/api/rerank", response_model=OllamaRerankResponse, response_model_exclude_none=True)
+@router.post("/api/rerank", response_model=OllamaRerankResponse, response_model_exclude_none=True)
 def rerank_ollama(body: OllamaRerankRequest, reranker: RerankerDep) -> OllamaRerankResponse:
     """The seed's shape: every document's index and relevance_score, best first."""
     result = _scores(reranker, body.query, body.documents)
     results = [OllamaResult(index=i, relevance_score=result.scores[i]) for i in _best_first(result.scores)]
     return OllamaRerankResponse(model=reranker.name, results=results)
-
-
-# --- the app --------------------------------------------------------------------------------------------
-
-
-MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-def create_app(settings: Settings, reranker: Reranker | None = None, triage=None) -> FastAPI:
-    """The API over `settings`. `reranker` replaces the one `settings.reranker` names (tests inject one);
-    a bad spec fails here, before the server starts listening. Triage is served when `triage` (a
-    TriageService) is given or `settings.repo` names a repository; the repository is indexed (incrementally)
-    at start-up."""
-    reranker = reranker if reranker is not None else reranker_from_settings(settings)
-    if triage is None and settings.repo is not None:
-        from funnel.apps.triage.build import build_triage
-
-        triage = build_triage(settings)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        warm_up = getattr(reranker, "warm_up", None)
-        if callable(warm_up):  # a model loads once, at start-up, not on the first request
-            await run_in_threadpool(warm_up)
-        if triage is not None and settings.repo is not None:
-            await run_in_threadpool(triage.pipeline.ingest, [settings.repo])
-        yield
-        close = getattr(reranker, "close", None)
-        if callable(close):
-            close()
-
-    app = FastAPI(
-        title="funnel",
-        version=funnel.__version__,
-        description="Local-first two-stage retrieval. Reranking in the Cohere/Jina and Ollama shapes.",
-        lifespan=lifespan,
-    )
-    app.state.settings = settings
-    app.state.reranker = reranker
-    app.state.triage = triage
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"detail": f"request body over {MAX_BODY_BYTES // 2**20} MiB"}, status_code=413)
-        return await call_next(request)
-
-    @app.exception_handler(FunnelError)
-    async def funnel_error(request: Request, error: FunnelError) -> JSONResponse:
-        body = {"detail": str(error), "error": type(error).__name__}
-        return JSONResponse(body, status_code=status_for(error))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        # FastAPI's default echoes each offending input back: a 100 kB document would come back whole.
-        detail = [
-            {"loc": list(e["loc"]), "msg": e["msg"].removeprefix("Value error, "), "type": e["type"]}
-            for e in error.errors()
-        ]
-        return JSONResponse({"detail": detail}, status_code=422)
-
-    app.include_router(health_router)
-    app.include_router(rerank_router)
-    from funnel.apps.triage.routes import router as triage_router
-
-    app.include_router(triage_router)
-    return app

@@ -1,0 +1,144 @@
+"""funnel's HTTP API (`funnel serve`): a FastAPI app built by `create_app(settings)` from routers.
+
+- `rerank`: `POST /v1/rerank` (Cohere/Jina shape) and `POST /api/rerank` (seed 000's Ollama shape).
+- `collections`: collections, document upload (background ingest), documents, chunks, search.
+- `ask`: answers with citations, JSON or server-sent events, with conversation memory.
+- `metrics`: `GET /health`, `GET /metrics`.
+- triage (`funnel.apps.triage.routes`): `POST /v1/errors`, incidents.
+- the web page: `GET /` serves `static/index.html`, `/static/...` the files beside it.
+
+Errors are converted once (`errors`): `FunnelError` subclasses map to status codes; validation is a 422
+without the offending input; anything else a 500 without a traceback. With `api_key` set, /v1/*, /api/*
+and /metrics need the key. OpenAPI: `/openapi.json`; docs at `/docs` (Swagger UI loads its assets from a
+CDN).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.cors import CORSMiddleware
+
+import funnel
+from funnel.apps.api import ask, collections, metrics, rerank
+from funnel.apps.api.conversations import Conversations, QueryRewriter
+from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
+from funnel.apps.api.library import LazyEmbedder, Library, Services
+from funnel.apps.api.metrics import Metrics
+from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
+from funnel.apps.settings import Settings
+from funnel.embed import DEFAULT, load_embedder
+from funnel.errors import ConfigError
+from funnel.rerank.base import Reranker
+
+__all__ = ["ERROR_STATUS", "STATIC_DIR", "create_app", "status_for"]
+
+STATIC_DIR = Path(__file__).parent / "static"
+MIN_KEY_CHARS = 8
+
+
+def create_app(settings: Settings, reranker: Reranker | None = None, triage=None) -> FastAPI:
+    """The API over `settings`. `reranker` replaces the one `settings.reranker` names (tests inject one);
+    a bad spec fails here, before the server starts listening. Nothing is loaded or written here: the
+    embedder loads on first use, a collection's folder appears when it is first used. Triage is served when
+    `triage` (a TriageService) is given or `settings.repo` names a repository; the repository is indexed
+    (incrementally) at start-up."""
+    if settings.api_key is not None and len(settings.api_key.get_secret_value().strip()) < MIN_KEY_CHARS:
+        raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
+    reranker = reranker if reranker is not None else reranker_from_settings(settings)
+    chat = build_chat(settings)
+    embedder_spec = settings.embedder or DEFAULT
+    embedder = LazyEmbedder(lambda: load_embedder(embedder_spec, settings.threads))
+    generator = build_generator(chat, embedder)
+    library = Library(
+        settings.data_dir,
+        Services(
+            embedder=embedder,
+            reranker=reranker,
+            generator=generator,
+            config=search_config(settings),
+            max_tokens=settings.max_tokens,
+            max_upload_bytes=settings.max_upload_mb * 2**20,
+        ),
+    )
+    if triage is None and settings.repo is not None:
+        from funnel.apps.triage.build import build_triage
+
+        triage = build_triage(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        warm_up = getattr(reranker, "warm_up", None)
+        if callable(warm_up):  # a model loads once, at start-up, not on the first request
+            await run_in_threadpool(warm_up)
+        if triage is not None and settings.repo is not None:
+            await run_in_threadpool(triage.pipeline.ingest, [settings.repo])
+        try:
+            yield
+        finally:
+            # Queued uploads stay "queued" in their registry and resume at the next start.
+            await run_in_threadpool(library.close)
+            close = getattr(reranker, "close", None)
+            if callable(close):
+                close()
+
+    app = FastAPI(
+        title="funnel",
+        version=funnel.__version__,
+        description="Local-first two-stage retrieval: ask your documents, search, rerank, triage.",
+        lifespan=lifespan,
+    )
+    state = app.state
+    state.settings = settings
+    state.reranker = reranker
+    state.triage = triage
+    state.chat = chat
+    state.generator = generator
+    state.generator_name = generator.name
+    state.embedder_spec = embedder_spec
+    state.library = library
+    state.metrics = Metrics()
+    state.conversations = Conversations()
+    state.rewriter = QueryRewriter(chat)
+
+    install_error_handlers(app)
+    app.include_router(metrics.router)
+    app.include_router(rerank.router)
+    app.include_router(collections.router)
+    app.include_router(ask.router)
+    from funnel.apps.triage.routes import router as triage_router
+
+    app.include_router(triage_router)
+    _serve_web_page(app)
+
+    # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
+    app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_mb * 2**20)
+    if settings.api_key is not None:
+        app.add_middleware(ApiKeyAuth, key=settings.api_key.get_secret_value())
+    app.add_middleware(RequestMetrics, metrics=state.metrics)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
+    return app
+
+
+def _serve_web_page(app: FastAPI) -> None:
+    index = STATIC_DIR / "index.html"
+    if not index.is_file():
+        return
+
+    @app.get("/", include_in_schema=False)
+    def web_page() -> FileResponse:
+        return FileResponse(index, media_type="text/html; charset=utf-8")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,201 @@
+"""`POST /v1/collections/{name}/ask`: an answer with numbered citations, as JSON or as server-sent events.
+
+Request: {question, k?, policy?, conversation_id?, stream?}. The question is first rewritten with the
+conversation's history (see `conversations`), the rewrite is searched, and the generator answers it.
+
+Streaming (`stream: true`, or `Accept: text/event-stream` when `stream` is left out) sends:
+
+    event: meta   {conversation_id, question, search_query, rewritten_by, rerank_status, rerank_reason,
+                   policy, sources, timings_ms}
+    event: delta  {text}                 (many)
+    event: done   {the whole JSON answer}
+    event: error  {detail}               (instead of done, when the answer could not be finished)
+
+An LLM that dies before its first word is replaced by the extractive answer (`fallback_reason` says why);
+one that dies mid-answer ends with its "[answer interrupted: ...]" delta and a `done` flagged
+"interrupted". Errors before the stream starts (unknown collection, nothing indexed) are plain JSON errors.
+
+The generator is synchronous, so a producer thread owns it: it pulls the deltas and hands them to the event
+loop through a queue. When the client goes away the response is cancelled, the producer is told to stop,
+and it closes the generator itself after the delta in hand (which drops the LLM's connection): a generator
+must not be closed from another thread while one is inside it, which rules out closing it from the
+cancelled coroutine while `iterate_in_threadpool` is still waiting on `next()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from funnel.apps.api.collections import collection as get_collection
+from funnel.apps.api.conversations import Conversations, QueryRewriter, Turn, new_conversation_id
+from funnel.apps.api.metrics import STAGES
+from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
+from funnel.errors import FunnelError
+from funnel.generate.base import Generator
+from funnel.generate.llm import AnswerStream, answer_stream
+from funnel.types import Answer, SearchResult
+
+log = logging.getLogger("funnel.api")
+
+# With nothing to send for this long, a comment line keeps proxies from closing the connection (and, on
+# servers that report a gone client only when writing, finds out).
+KEEPALIVE_S = 10.0
+router = APIRouter(prefix="/v1/collections", tags=["ask"])
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the answer is written."""
+
+    question: str
+    conversation_id: str
+    rewritten_by: str
+    result: SearchResult
+    timings_ms: dict[str, float]
+
+
+def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
+    state = request.app.state
+    coll = get_collection(name, request)
+    conversations: Conversations = state.conversations
+    rewriter: QueryRewriter = state.rewriter
+    conversation_id = body.conversation_id or new_conversation_id()
+    t0 = time.perf_counter()
+    search_query, how = rewriter.rewrite(body.question, conversations.history(conversation_id))
+    rewrite_ms = 1000 * (time.perf_counter() - t0)
+    result = coll.search(search_query, k=body.k, policy=body.policy)
+    timings = dict(result.timings_ms)
+    if how != "none":
+        timings["rewrite"] = rewrite_ms
+    return Prepared(body.question, conversation_id, how, result, timings)
+
+
+def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
+    state = request.app.state
+    timings = {**prepared.timings_ms, "generate": generate_ms}
+    state.metrics.observe({k: v for k, v in timings.items() if k in STAGES})
+    if "interrupted" not in answer.flags:
+        turn = Turn(prepared.question, prepared.result.query, answer.text)
+        state.conversations.add(prepared.conversation_id, turn)
+    return AskResponse.of(
+        prepared.question, answer, prepared.result, prepared.conversation_id, prepared.rewritten_by, timings
+    )
+
+
+def _wants_stream(request: Request, body: AskRequest) -> bool:
+    if body.stream is not None:
+        return body.stream
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+@router.post(
+    "/{name}/ask",
+    response_model=AskResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when streaming"}},
+)
+async def ask(name: str, body: AskRequest, request: Request):
+    prepared = await run_in_threadpool(_prepare, request, name, body)
+    generator: Generator = request.app.state.generator
+    if not _wants_stream(request, body):
+        t0 = time.perf_counter()
+        answer = await run_in_threadpool(generator.answer, prepared.result.query, prepared.result)
+        return _finish(request, prepared, answer, 1000 * (time.perf_counter() - t0))
+    stream = answer_stream(generator, prepared.result.query, prepared.result)
+    return StreamingResponse(
+        _events(request, prepared, stream),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _meta(prepared: Prepared) -> dict:
+    result = prepared.result
+    return {
+        "conversation_id": prepared.conversation_id,
+        "question": prepared.question,
+        "search_query": result.query,
+        "rewritten_by": prepared.rewritten_by,
+        "rerank_status": result.rerank_status.value,
+        "rerank_reason": result.rerank_reason,
+        "policy": result.policy,
+        "sources": [SourceOut.of(d).model_dump() for d in result.documents],
+        "timings_ms": {k: round(v, 3) for k, v in prepared.timings_ms.items()},
+    }
+
+
+async def _events(request: Request, prepared: Prepared, stream: AnswerStream) -> AsyncIterator[str]:
+    yield sse("meta", _meta(prepared))
+    producer = _Producer(stream, asyncio.get_running_loop())
+    started = time.perf_counter()
+    try:
+        while True:
+            try:
+                kind, payload = await asyncio.wait_for(producer.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return
+                yield ": keep-alive\n\n"
+                continue
+            if kind == "delta":
+                yield sse("delta", {"text": payload})
+            elif kind == "done":
+                response = _finish(request, prepared, payload, 1000 * (time.perf_counter() - started))
+                yield sse("done", response.model_dump())
+                return
+            else:
+                yield sse("error", {"detail": payload})
+                return
+    finally:
+        producer.stop()  # the client left (cancelled), or the answer ended: either way, no more deltas
+
+
+class _Producer:
+    """Runs the answer stream on its own thread; ("delta", text)... then ("done", Answer) or ("error", msg)
+    arrive on `queue`. `stop()` makes it close the stream after the delta in hand."""
+
+    def __init__(self, stream: AnswerStream, loop: asyncio.AbstractEventLoop):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self._stream = stream
+        self._loop = loop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="funnel-ask-stream", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _emit(self, kind: str, payload) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, (kind, payload))
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            self._stop.set()
+
+    def _run(self) -> None:
+        try:
+            for delta in self._stream:
+                if self._stop.is_set():
+                    return
+                self._emit("delta", delta)
+            if not self._stop.is_set():
+                self._emit("done", self._stream.answer)
+        except FunnelError as e:
+            self._emit("error", str(e))
+        except Exception as e:  # never a hung client: a bug in a generator still ends the stream
+            log.error("the answer stream failed", exc_info=e)
+            self._emit("error", "internal error while writing the answer")
+        finally:
+            self._stream.close()

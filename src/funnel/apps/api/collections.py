@@ -1,0 +1,118 @@
+"""Collections, their documents and chunks, and search over them.
+
+    POST   /v1/collections                             {name} -> 201 collection
+    GET    /v1/collections                             -> [collection]  (`default` always listed)
+    DELETE /v1/collections/{name}                      -> 204
+    POST   /v1/collections/{name}/documents            multipart, field `file` (one or more) -> 202 [document]
+    GET    /v1/collections/{name}/documents            -> [document]
+    GET    /v1/collections/{name}/documents/{id}       -> document
+    DELETE /v1/collections/{name}/documents/{id}       -> 204 (file and chunks gone)
+    GET    /v1/collections/{name}/documents/{id}/file  -> the original file, its own content type
+    GET    /v1/collections/{name}/chunks/{chunk_id}    -> the passage a citation names (`#` sent as %23)
+    POST   /v1/collections/{name}/search               {query, k?, policy?, explain?} -> results, explained
+
+Routes are plain `def`: FastAPI runs them in its threadpool (file I/O, the store, the embedder are sync).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, File, Request, Response, UploadFile
+from fastapi.responses import FileResponse
+
+from funnel.apps.api.library import Collection, Library
+from funnel.apps.api.schemas import (
+    ChunkOut,
+    CollectionCreate,
+    CollectionOut,
+    DocumentOut,
+    SearchRequest,
+    SearchResponse,
+)
+from funnel.apps.api.uploads import MEDIA_TYPES, Upload
+
+
+def library(request: Request) -> Library:
+    return request.app.state.library
+
+
+def collection(name: str, request: Request) -> Collection:
+    return library(request).get(name)
+
+
+LibraryDep = Annotated[Library, Depends(library)]
+CollectionDep = Annotated[Collection, Depends(collection)]
+router = APIRouter(prefix="/v1/collections", tags=["collections"])
+
+
+@router.post("", status_code=201, response_model=CollectionOut)
+def create_collection(body: CollectionCreate, lib: LibraryDep) -> CollectionOut:
+    return CollectionOut(**lib.create(body.name).summary())
+
+
+@router.get("", response_model=list[CollectionOut])
+def list_collections(lib: LibraryDep) -> list[CollectionOut]:
+    return [CollectionOut(**lib.get(name).summary()) for name in lib.names()]
+
+
+@router.delete("/{name}", status_code=204)
+def delete_collection(name: str, lib: LibraryDep) -> Response:
+    lib.delete(name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/documents", status_code=202, response_model=list[DocumentOut])
+def upload_documents(
+    coll: CollectionDep, file: Annotated[list[UploadFile], File(description="PDF, Markdown or text files")]
+) -> list[DocumentOut]:
+    """Save the files and queue them for ingestion (one at a time, in the background); poll the documents
+    for `status` ready or failed."""
+    uploads = [Upload(f.filename or "", f.file, _size(f)) for f in file]
+    return [DocumentOut.of(r) for r in coll.add(uploads)]
+
+
+@router.get("/{name}/documents", response_model=list[DocumentOut])
+def list_documents(coll: CollectionDep) -> list[DocumentOut]:
+    return [DocumentOut.of(r) for r in coll.registry.list()]
+
+
+@router.get("/{name}/documents/{doc_id}", response_model=DocumentOut)
+def get_document(doc_id: str, coll: CollectionDep) -> DocumentOut:
+    return DocumentOut.of(coll.document(doc_id))
+
+
+@router.delete("/{name}/documents/{doc_id}", status_code=204)
+def delete_document(doc_id: str, coll: CollectionDep) -> Response:
+    coll.delete_document(doc_id)
+    return Response(status_code=204)
+
+
+@router.get("/{name}/documents/{doc_id}/file", response_class=FileResponse)
+def document_file(doc_id: str, coll: CollectionDep) -> FileResponse:
+    record = coll.document(doc_id)
+    return FileResponse(
+        coll.file_path(record), media_type=MEDIA_TYPES[record.kind], filename=record.filename,
+        content_disposition_type="inline",
+    )
+
+
+@router.get("/{name}/chunks/{chunk_id}", response_model=ChunkOut)
+def get_chunk(chunk_id: str, coll: CollectionDep) -> ChunkOut:
+    return ChunkOut.of(coll.chunk(chunk_id))
+
+
+@router.post("/{name}/search", response_model=SearchResponse)
+def search(body: SearchRequest, coll: CollectionDep, request: Request) -> SearchResponse:
+    result = coll.search(body.query, k=body.k, policy=body.policy)
+    request.app.state.metrics.observe(result.timings_ms)
+    return SearchResponse.of(result, explain=body.explain)
+
+
+def _size(upload: UploadFile) -> int:
+    if upload.size is not None:
+        return upload.size
+    upload.file.seek(0, 2)
+    size = upload.file.tell()
+    upload.file.seek(0)
+    return size

@@ -1,0 +1,178 @@
+"""Conversation memory for `ask`, and the rewriting of a follow-up question into one that retrieval can
+answer on its own ("How many employees does it have?" -> "... Zentara Robotics").
+
+Memory is in-process and bounded on every axis: the last MAX_TURNS turns of a conversation, at most
+MAX_CHARS of them, at most MAX_CONVERSATIONS conversations (the least recently used is forgotten first).
+A restart forgets every conversation; an id the server does not know (forgotten, or chosen by the client)
+starts a new, empty conversation under that id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from funnel.generate.chat import ChatMessage, ChatModel
+from funnel.generate.llm import FALLBACK_ERRORS
+
+log = logging.getLogger("funnel.api")
+
+MAX_TURNS = 6
+MAX_CHARS = 4000
+MAX_CONVERSATIONS = 1000
+CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Of an answer, only this much is remembered: enough for a rewrite to see what "it" was.
+ANSWER_CHARS = 600
+
+PRONOUNS = frozenset({
+    "it", "its", "it's", "they", "them", "their", "theirs", "that", "this", "those", "these", "he", "him",
+    "his", "she", "her", "hers", "there", "such",
+})
+_STOP = frozenset({
+    "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "not", "is",
+    "are", "was", "were", "be", "been", "being", "what", "which", "who", "whom", "whose", "when", "where",
+    "why", "how", "does", "do", "did", "has", "have", "had", "as", "i", "you", "we", "me", "my", "our",
+    "your", "than", "then", "so", "if", "into", "about", "can", "could", "would", "should", "will", "much",
+    "many", "tell", "please", "also", "any", "some", "more",
+}) | PRONOUNS
+_WORD = re.compile(r"[A-Za-z0-9][\w'&.-]*[A-Za-z0-9]|[A-Za-z0-9]")
+_LABEL = re.compile(r"^(standalone question|rewritten question|question)\s*:\s*", re.IGNORECASE)
+MAX_KEY_TERMS = 8
+SHORT_FOLLOW_UP_WORDS = 4
+
+REWRITE_PROMPT = (
+    "Rewrite the user's last question as one standalone question that can be understood without the "
+    "conversation: replace pronouns and references with the names and terms they refer to. Do not answer "
+    "it. Reply with the rewritten question only, on one line."
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    question: str
+    search_query: str
+    answer: str
+
+    @property
+    def chars(self) -> int:
+        return len(self.question) + len(self.answer)
+
+
+def new_conversation_id() -> str:
+    return secrets.token_urlsafe(12)
+
+
+class Conversations:
+    """Thread-safe LRU of conversations, each a bounded deque of turns."""
+
+    def __init__(
+        self,
+        max_conversations: int = MAX_CONVERSATIONS,
+        max_turns: int = MAX_TURNS,
+        max_chars: int = MAX_CHARS,
+    ):
+        self.max_conversations = max_conversations
+        self.max_turns = max_turns
+        self.max_chars = max_chars
+        self._lock = threading.Lock()
+        self._turns: OrderedDict[str, deque[Turn]] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._turns)
+
+    def history(self, conversation_id: str) -> tuple[Turn, ...]:
+        with self._lock:
+            turns = self._turns.get(conversation_id)
+            if turns is None:
+                return ()
+            self._turns.move_to_end(conversation_id)
+            return tuple(turns)
+
+    def add(self, conversation_id: str, turn: Turn) -> None:
+        turn = Turn(turn.question[: self.max_chars], turn.search_query, turn.answer[:ANSWER_CHARS])
+        with self._lock:
+            turns = self._turns.get(conversation_id)
+            if turns is None:
+                turns = self._turns[conversation_id] = deque(maxlen=self.max_turns)
+            self._turns.move_to_end(conversation_id)
+            turns.append(turn)
+            while len(turns) > 1 and sum(t.chars for t in turns) > self.max_chars:
+                turns.popleft()
+            while len(self._turns) > self.max_conversations:
+                self._turns.popitem(last=False)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+def key_terms(text: str) -> list[str]:
+    """The content words of a question, in order; its names (capitalised words) alone when it has any."""
+    words = _words(text)
+    content: list[str] = []
+    seen: set[str] = set()
+    for word in words:
+        lower = word.lower()
+        if lower in _STOP or lower in seen:
+            continue
+        seen.add(lower)
+        content.append(word)
+    names = [w for w in content if w[0].isupper() and w != words[0]]
+    return (names or content)[:MAX_KEY_TERMS]
+
+
+def is_follow_up(question: str) -> bool:
+    words = [w.lower() for w in _words(question)]
+    return len(words) <= SHORT_FOLLOW_UP_WORDS or any(w in PRONOUNS for w in words)
+
+
+def heuristic_rewrite(question: str, history: tuple[Turn, ...]) -> str:
+    """A follow-up (short, or with a pronoun) gets the previous question's key terms appended."""
+    if not history or not is_follow_up(question):
+        return question
+    present = {w.lower() for w in _words(question)}
+    terms = [t for t in key_terms(history[-1].search_query) if t.lower() not in present]
+    return f"{question} {' '.join(terms)}" if terms else question
+
+
+class QueryRewriter:
+    """Turns a follow-up into a standalone search query: with the LLM when there is one (a short prompt),
+    else (or when the LLM fails or answers nonsense) with `heuristic_rewrite`."""
+
+    def __init__(self, chat: ChatModel | None = None, max_tokens: int = 96):
+        self.chat = chat
+        self.max_tokens = max_tokens
+
+    def rewrite(self, question: str, history: tuple[Turn, ...]) -> tuple[str, str]:
+        """(search query, how): how is "none" (no history), "llm" or "heuristic"."""
+        if not history:
+            return question, "none"
+        if self.chat is not None:
+            try:
+                rewritten = self._llm(question, history)
+            except FALLBACK_ERRORS as e:
+                log.info("query rewrite by %s failed (%s); using the heuristic", self.chat.name, e)
+            else:
+                if rewritten:
+                    return rewritten, "llm"
+        return heuristic_rewrite(question, history), "heuristic"
+
+    def _llm(self, question: str, history: tuple[Turn, ...]) -> str | None:
+        lines = []
+        for turn in history:
+            lines += [f"User: {turn.question}", f"Assistant: {turn.answer[:300]}"]
+        user = "Conversation:\n" + "\n".join(lines) + f"\n\nLast question: {question}\n\nStandalone question:"
+        messages = [ChatMessage("system", REWRITE_PROMPT), ChatMessage("user", user)]
+        reply = self.chat.chat(messages, max_tokens=self.max_tokens, temperature=0.0)
+        text = next((line.strip() for line in reply.content.splitlines() if line.strip()), "")
+        text = _LABEL.sub("", text)
+        text = text.strip().strip("\"'`").strip()
+        # A model that answers instead of rewriting, or rambles, is not trusted with the search.
+        if not text or len(text) > 2 * len(question) + 200:
+            return None
+        return text

@@ -1,0 +1,103 @@
+"""Errors are converted once, here: every `FunnelError` becomes a status code and a one-line `detail`.
+
+The HTTP-only kinds of failure (too large, wrong media type, a conflict with the server's state, a missing
+API key) are `FunnelError`s too, so they travel the same one road to the client. Request validation
+answers 422 with {loc, msg, type} per problem and never echoes the offending input back; anything
+unexpected is a 500 with a generic message (the traceback goes to the server's log, never to the client).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from funnel.errors import (
+    BackendUnavailable,
+    ConfigError,
+    FunnelError,
+    IngestError,
+    NotFound,
+    StoreError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+
+log = logging.getLogger("funnel.api")
+
+
+class TooLarge(FunnelError):
+    """A request body or an uploaded file is over its limit."""
+
+
+class UnsupportedType(FunnelError):
+    """An upload whose type funnel does not ingest (by extension or by content)."""
+
+
+class Conflict(FunnelError):
+    """The request does not fit the server's state: the collection exists, or has nothing indexed yet."""
+
+
+class Unauthorized(FunnelError):
+    """No API key, or the wrong one."""
+
+
+# Most specific first; the first class an error is an instance of decides its status.
+ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
+    (UpstreamTimeout, 504),
+    (UpstreamError, 502),
+    (BackendUnavailable, 503),
+    (StoreError, 503),
+    (ConfigError, 400),
+    (Unauthorized, 401),
+    (NotFound, 404),
+    (Conflict, 409),
+    (TooLarge, 413),
+    (UnsupportedType, 415),
+    (IngestError, 422),
+)
+
+
+def status_for(error: FunnelError) -> int:
+    return next((status for cls, status in ERROR_STATUS if isinstance(error, cls)), 500)
+
+
+def error_body(error: FunnelError) -> dict:
+    return {"detail": str(error), "error": type(error).__name__}
+
+
+def error_response(error: FunnelError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
+    return JSONResponse(error_body(error), status_code=status_for(error), headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(FunnelError)
+    async def funnel_error(request: Request, error: FunnelError) -> JSONResponse:
+        return error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        # FastAPI's default echoes each offending input back: a 100 kB document would come back whole.
+        detail = [
+            {"loc": list(e["loc"]), "msg": e["msg"].removeprefix("Value error, "), "type": e["type"]}
+            for e in error.errors()
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own (404 for an unknown path, 405, a body the form parser rejects): same shape.
+        return JSONResponse(
+            {"detail": str(error.detail), "error": getattr(error, "error_name", "HTTPError")},
+            status_code=error.status_code,
+            headers=getattr(error, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=error)
+        return JSONResponse({"detail": "internal error", "error": "InternalError"}, status_code=500)

@@ -1,0 +1,321 @@
+"""Collections under the data root: each one an index directory, an uploads folder and a document registry.
+
+    DATA_DIR/collections/NAME/collection.json   marker (name, created_at)
+                             /documents.json    the registry: every upload and its status
+                             /uploads/          the original files
+                             /index/            the LanceStore
+
+Ingestion runs in the background on one worker thread per collection, so a collection has one writer at a
+time; deleting a document runs on the same worker, after any ingest already queued. Readers search the
+last committed index version meanwhile (LanceStore commits atomically). A document left "queued" or
+"ingesting" by a stopped server is queued again when its collection is next opened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from funnel.apps.api.errors import Conflict
+from funnel.apps.api.registry import DocumentRecord, DocumentRegistry, DocumentStatus, utc_now
+from funnel.apps.api.uploads import Upload, check, save
+from funnel.embed.base import Embedder
+from funnel.errors import ConfigError, FunnelError, IngestError, NotFound
+from funnel.generate.base import Generator
+from funnel.index.lance import LanceStore
+from funnel.ingest import SourceFile, load
+from funnel.pipeline import Pipeline, SearchConfig
+from funnel.rerank.base import Reranker
+from funnel.types import Chunk, SearchResult
+
+log = logging.getLogger("funnel.api")
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+DEFAULT_COLLECTION = "default"
+MARKER = "collection.json"
+# A failed ingest's error is shown in a list: one line, bounded.
+MAX_ERROR_CHARS = 300
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ConfigError(
+            f"invalid collection name {name[:80]!r}: use 1-64 lower-case letters, digits, '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Services:
+    """What every collection's pipeline shares: one embedder, reranker and generator for the server."""
+
+    embedder: Embedder
+    reranker: Reranker | None
+    generator: Generator
+    config: SearchConfig
+    max_tokens: int | None
+    max_upload_bytes: int
+
+
+class LazyEmbedder:
+    """The server's embedder, loaded on first use: building the packaged model can take a while, and the
+    server should answer /health (and uploads) before anyone needs a vector."""
+
+    def __init__(self, load: Callable[[], Embedder]):
+        self._load = load
+        self._embedder: Embedder | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        if self._embedder is None:
+            with self._lock:
+                if self._embedder is None:
+                    self._embedder = self._load()
+        return getattr(self._embedder, name)
+
+
+class Collection:
+    def __init__(self, name: str, root: Path, services: Services):
+        self.name = name
+        self.root = root
+        self.uploads = root / "uploads"
+        self.uploads.mkdir(parents=True, exist_ok=True)
+        self.store = LanceStore(root / "index")
+        self.registry = DocumentRegistry(root / "documents.json")
+        self._services = services
+        self._pipeline: Pipeline | None = None
+        self._pipeline_lock = threading.Lock()
+        self._names_lock = threading.Lock()  # upload names are claimed one request at a time
+        self._lock = threading.Lock()  # the worker's bookkeeping
+        self._pending = 0
+        self._closed = False
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"funnel-ingest-{name}")
+        for record in self.registry.list():
+            if record.status in (DocumentStatus.QUEUED, DocumentStatus.INGESTING):
+                self._submit(self._ingest, record.id)
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    @property
+    def pipeline(self) -> Pipeline:
+        # Built on first use: building it reads the embedder's window, which loads the model.
+        with self._pipeline_lock:
+            if self._pipeline is None:
+                s = self._services
+                self._pipeline = Pipeline(
+                    self.store, s.embedder, s.reranker, s.generator, s.config, s.max_tokens
+                )
+            return self._pipeline
+
+    @property
+    def pending(self) -> int:
+        """Jobs queued or running on this collection's worker."""
+        with self._lock:
+            return self._pending
+
+    def summary(self) -> dict:
+        info = self.store.info()
+        return {
+            "name": self.name,
+            "documents": len(self.registry.list()),
+            "chunks": info.chunks if info else 0,
+            "pending": self.pending,
+        }
+
+    def document(self, doc_id: str) -> DocumentRecord:
+        record = self.registry.get(doc_id)
+        if record is None:
+            raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
+        return record
+
+    def file_path(self, record: DocumentRecord) -> Path:
+        path = self.uploads / record.filename
+        if not path.is_file():
+            raise NotFound(f"the file of document {record.id} is gone from {self.name!r}")
+        return path
+
+    def chunk(self, chunk_id: str) -> Chunk:
+        doc_id, sep, _ = chunk_id.rpartition("#")
+        missing = NotFound(f"no chunk {chunk_id[:80]!r} in collection {self.name!r}")
+        if not sep or self.registry.get(doc_id) is None:
+            raise missing
+        found = next((c for c in self.store.get_chunks(doc_id) if c.chunk_id == chunk_id), None)
+        if found is None:
+            raise missing
+        return found
+
+    def search(self, query: str, k: int | None = None, policy: str | None = None) -> SearchResult:
+        info = self.store.info()
+        if info is None or info.chunks == 0:
+            waiting = self.pending
+            more = f"; {waiting} upload(s) still being ingested" if waiting else ": upload documents first"
+            raise Conflict(f"collection {self.name!r} has no indexed documents yet{more}")
+        return self.pipeline.search(query, k=k, policy=policy)
+
+    # --- writing ------------------------------------------------------------------------------------------
+
+    def add(self, uploads: list[Upload]) -> list[DocumentRecord]:
+        """Check every upload, then save them all and queue their ingestion (in upload order)."""
+        max_bytes = self._services.max_upload_bytes
+        checked = [(upload, *check(upload, max_bytes)) for upload in uploads]
+        records: list[DocumentRecord] = []
+        try:
+            with self._names_lock:
+                taken = self.registry.filenames()
+                for upload, name, kind in checked:
+                    if self._closed:  # deleted while this request was being read
+                        raise Conflict(f"collection {self.name!r} was deleted")
+                    stored, digest = save(upload, self.uploads, name, taken)
+                    taken.add(stored)
+                    records.append(
+                        DocumentRecord(secrets.token_hex(8), stored, kind, upload.size, digest, utc_now())
+                    )
+            self.registry.add(records)
+        except BaseException:
+            for record in records:
+                (self.uploads / record.filename).unlink(missing_ok=True)
+            raise
+        for record in records:
+            self._submit(self._ingest, record.id)
+        return records
+
+    def delete_document(self, doc_id: str) -> None:
+        """Forget the document now; its chunks leave the index on the worker, behind any running ingest."""
+        record = self.registry.remove(doc_id)
+        if record is None:
+            raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
+        (self.uploads / record.filename).unlink(missing_ok=True)
+        self._submit(self._drop_chunks, doc_id).result()
+
+    def close(self) -> None:
+        """Stop taking jobs, drop the queued ones (they stay "queued" in the registry and resume on the
+        next start) and wait for the running one."""
+        with self._lock:
+            self._closed = True
+        self._worker.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, job, doc_id: str) -> Future:
+        with self._lock:
+            if self._closed:
+                raise Conflict(f"collection {self.name!r} is being closed or deleted")
+            self._pending += 1
+            future = self._worker.submit(self._run, job, doc_id)
+            return future
+
+    def _run(self, job, doc_id: str) -> None:
+        try:
+            job(doc_id)
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def _ingest(self, doc_id: str) -> None:
+        record = self.registry.update(doc_id, status=DocumentStatus.INGESTING, error=None)
+        if record is None:
+            return  # deleted before its turn
+        try:
+            path = self.uploads / record.filename
+            loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename)
+            report = self.pipeline.indexer.ingest_documents([loaded])
+            if report.problems:
+                raise report.problems[0]
+            chunks = len(self.store.get_chunks(doc_id))
+        except IngestError as e:
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(e.reason), chunks=0)
+        except FunnelError as e:
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(str(e)), chunks=0)
+        except Exception as e:  # a loader bug on one odd file fails that document, not the worker
+            log.warning("ingesting %s into %s failed", record.filename, self.name, exc_info=True)
+            error = one_line(f"could not be ingested ({type(e).__name__}: {e})")
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0)
+        else:
+            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks)
+
+    def _drop_chunks(self, doc_id: str) -> None:
+        info = self.store.info()
+        if info is None or not self.store.get_chunks(doc_id):
+            return
+        # The index's own embedder and dim: deleting must not need the model loaded.
+        with self.store.transaction(info.embedder, info.dim) as tx:
+            tx.delete_documents({doc_id})
+
+
+class Library:
+    """Every collection under `data_dir`. Nothing touches the disk until a collection is used."""
+
+    def __init__(self, data_dir: Path, services: Services):
+        self.root = Path(data_dir) / "collections"
+        self.services = services
+        self._open: dict[str, Collection] = {}
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        try:
+            found = {p.name for p in self.root.iterdir() if NAME.match(p.name) and (p / MARKER).is_file()}
+        except FileNotFoundError:
+            found = set()
+        return sorted(found | {DEFAULT_COLLECTION})
+
+    def get(self, name: str) -> Collection:
+        """The named collection; `default` is created on first use, any other must exist."""
+        check_name(name)
+        with self._lock:
+            if name in self._open:
+                return self._open[name]
+            root = self.root / name
+            if not (root / MARKER).is_file():
+                if name != DEFAULT_COLLECTION:
+                    raise NotFound(f"no collection {name!r}")
+                self._write_marker(root, name)
+            collection = self._open[name] = Collection(name, root, self.services)
+            return collection
+
+    def create(self, name: str) -> Collection:
+        check_name(name)
+        with self._lock:
+            root = self.root / name
+            if name in self._open or (root / MARKER).is_file():
+                raise Conflict(f"collection {name!r} already exists")
+            self._write_marker(root, name)
+            collection = self._open[name] = Collection(name, root, self.services)
+            return collection
+
+    def delete(self, name: str) -> None:
+        collection = self.get(name)  # NotFound for an unknown one
+        with self._lock:
+            self._open.pop(name, None)
+        collection.close()
+        shutil.rmtree(collection.root, ignore_errors=True)
+
+    def pending(self) -> int:
+        with self._lock:
+            collections = list(self._open.values())
+        return sum(c.pending for c in collections)
+
+    def close(self) -> None:
+        with self._lock:
+            collections, self._open = list(self._open.values()), {}
+        for collection in collections:
+            collection.close()
+
+    @staticmethod
+    def _write_marker(root: Path, name: str) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        marker = {"name": name, "created_at": utc_now()}
+        tmp = root / (MARKER + ".tmp")
+        tmp.write_text(json.dumps(marker), encoding="utf-8")
+        tmp.replace(root / MARKER)

@@ -1,0 +1,126 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it buffers nothing here, so streamed answers and client
+disconnects pass straight through): body size limits, API-key auth, request counting."""
+
+from __future__ import annotations
+
+import hmac
+import re
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from funnel.apps.api.errors import TooLarge, Unauthorized, error_response
+from funnel.apps.api.metrics import Metrics
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+UPLOAD_PATH = re.compile(r"^/v1/collections/[^/]+/documents/?$")
+# Multipart framing around the files: boundaries and part headers.
+MULTIPART_SLACK = 64 * 1024
+PROTECTED = ("/v1/", "/api/", "/metrics")
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from `receive` once a body without a Content-Length passes its limit. An HTTPException,
+    because FastAPI turns any other error raised while parsing a body into a 400."""
+
+    error_name = "TooLarge"
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body over the {limit / 2**20:.0f} MiB limit")
+
+
+class BodyLimit:
+    """Uploads may be up to `upload_bytes` (plus multipart framing); every other body MAX_BODY_BYTES. A
+    declared Content-Length over the limit is refused before a byte is read; a chunked body is counted."""
+
+    def __init__(self, app: ASGIApp, upload_bytes: int):
+        self.app = app
+        self.upload_bytes = upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        upload = scope["method"] == "POST" and UPLOAD_PATH.match(scope["path"])
+        limit = self.upload_bytes + MULTIPART_SLACK if upload else MAX_BODY_BYTES
+        shown = self.upload_bytes if upload else MAX_BODY_BYTES
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            response = error_response(TooLarge(f"request body over the {shown / 2**20:.0f} MiB limit"))
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(shown)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+class ApiKeyAuth:
+    """With a key configured, /v1/*, /api/* and /metrics need `X-API-Key: KEY` or `Authorization: Bearer
+    KEY`; /health, the web page and the OpenAPI docs stay open. CORS preflights (OPTIONS) pass: they carry
+    no credentials by design, and the CORS middleware answers them."""
+
+    def __init__(self, app: ASGIApp, key: str):
+        self.app = app
+        self.key = key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        http = scope["type"] == "http"
+        guarded = http and scope["method"] != "OPTIONS" and scope["path"].startswith(PROTECTED)
+        if guarded and not self._allowed(scope):
+            error = Unauthorized("missing or wrong API key: send it as X-API-Key or Authorization: Bearer")
+            await error_response(error)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, scope: Scope) -> bool:
+        given = _header(scope, b"x-api-key")
+        if given is None:
+            scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+            given = token.strip() if scheme.lower() == "bearer" else None
+        # compare_digest on bytes: the time taken does not tell how much of the key was right.
+        return given is not None and hmac.compare_digest(given.encode(), self.key)
+
+
+class RequestMetrics:
+    """Counts every HTTP request by method, route template and status (once the response has ended)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None)
+            if template is None:  # no route matched (a 404), or a mounted app such as /static
+                template = "/static" if scope["path"].startswith("/static/") else "unmatched"
+            self.metrics.count_request(scope["method"], template, status)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None

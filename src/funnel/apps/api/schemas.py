@@ -1,0 +1,243 @@
+"""Request and response bodies of the collections, search and ask endpoints, and the conversion of the
+core's frozen dataclasses into them (the only place where the wire shape is decided)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from funnel.apps.api.registry import DocumentRecord
+from funnel.types import Answer, Chunk, Citation, DocumentHit, Hit, SearchResult
+
+MAX_QUESTION_CHARS = 8000  # the pipeline cuts the query at 4000 and says so in `notes`
+MAX_K = 100
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS), AfterValidator(_not_blank)]
+
+
+# --- collections and documents ---------------------------------------------------------------------------
+
+
+class CollectionCreate(BaseModel):
+    name: str = Field(max_length=200, description="1-64 of a-z 0-9 _ -, starting with a letter or digit")
+
+
+class CollectionOut(BaseModel):
+    name: str
+    documents: int
+    chunks: int
+    pending: int = Field(description="ingest and delete jobs queued or running")
+
+
+class DocumentOut(BaseModel):
+    id: str
+    filename: str
+    kind: str
+    status: str = Field(description="queued | ingesting | ready | failed")
+    error: str | None
+    chunks: int
+    bytes: int
+    uploaded_at: str
+
+    @classmethod
+    def of(cls, record: DocumentRecord) -> DocumentOut:
+        return cls(
+            id=record.id, filename=record.filename, kind=record.kind, status=record.status.value,
+            error=record.error, chunks=record.chunks, bytes=record.bytes, uploaded_at=record.uploaded_at,
+        )
+
+
+class ChunkOut(BaseModel):
+    chunk_id: str
+    document_id: str
+    ordinal: int
+    text: str
+    path: str
+    title: str
+    heading: str | None
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    location: str
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> ChunkOut:
+        return cls(
+            chunk_id=chunk.chunk_id, document_id=chunk.doc_id, ordinal=chunk.ordinal, text=chunk.text,
+            path=chunk.path, title=chunk.title, heading=chunk.heading, page=chunk.page,
+            line_start=chunk.line_start, line_end=chunk.line_end, location=chunk.location,
+        )
+
+
+# --- search ------------------------------------------------------------------------------------------------
+
+
+class SearchRequest(BaseModel):
+    query: Text
+    k: int | None = Field(None, ge=1, le=MAX_K, description="documents returned (default: the server's k)")
+    policy: str | None = Field(None, description="none | replace | guaranteed_slots | rrf")
+    explain: bool = Field(False, description="also list every candidate with its rank at every stage")
+
+
+class HitOut(BaseModel):
+    """One chunk and its evidence from every stage (ranks are 1-based; null = not returned by that stage)."""
+
+    chunk_id: str
+    document_id: str
+    path: str
+    title: str
+    heading: str | None
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    location: str
+    text: str | None = None
+    bm25_rank: int | None
+    dense_rank: int | None
+    fused_rank: int
+    rerank_score: float | None
+    final_rank: int
+    guaranteed: bool
+
+    @classmethod
+    def of(cls, hit: Hit, with_text: bool = True) -> HitOut:
+        c, chunk = hit.candidate, hit.chunk
+        return cls(
+            chunk_id=chunk.chunk_id, document_id=chunk.doc_id, path=chunk.path, title=chunk.title,
+            heading=chunk.heading, page=chunk.page, line_start=chunk.line_start, line_end=chunk.line_end,
+            location=chunk.location, text=chunk.text if with_text else None, bm25_rank=c.bm25_rank,
+            dense_rank=c.dense_rank, fused_rank=c.fused_rank, rerank_score=hit.rerank_score,
+            final_rank=hit.final_rank, guaranteed=hit.guaranteed,
+        )
+
+
+class DocumentHitOut(BaseModel):
+    rank: int
+    document_id: str
+    path: str
+    title: str
+    score: float
+    hits: list[HitOut]
+
+    @classmethod
+    def of(cls, doc: DocumentHit) -> DocumentHitOut:
+        return cls(
+            rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title, score=doc.score,
+            hits=[HitOut.of(h) for h in doc.hits],
+        )
+
+
+class SearchResponse(BaseModel):
+    query: str
+    results: list[DocumentHitOut]
+    candidates: list[HitOut] | None = Field(None, description="with explain: every candidate, final order")
+    rerank_status: str = Field(description="ok | skipped | fallback")
+    rerank_reason: str
+    policy: str
+    timings_ms: dict[str, float]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, result: SearchResult, explain: bool = False) -> SearchResponse:
+        return cls(
+            query=result.query,
+            results=[DocumentHitOut.of(d) for d in result.documents],
+            candidates=[HitOut.of(h, with_text=False) for h in result.hits] if explain else None,
+            rerank_status=result.rerank_status.value,
+            rerank_reason=result.rerank_reason,
+            policy=result.policy,
+            timings_ms={k: round(v, 3) for k, v in result.timings_ms.items()},
+            notes=list(result.notes),
+        )
+
+
+# --- ask -------------------------------------------------------------------------------------------------
+
+
+class AskRequest(BaseModel):
+    question: Text
+    k: int | None = Field(None, ge=1, le=MAX_K)
+    policy: str | None = Field(None, description="none | replace | guaranteed_slots | rrf")
+    conversation_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="continue this conversation (an unknown id starts a new one under that id)",
+    )
+    stream: bool | None = Field(None, description="server-sent events (default: when Accept asks for them)")
+
+
+class CitationOut(BaseModel):
+    number: int
+    chunk_id: str
+    document_id: str
+    path: str
+    title: str
+    location: str
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+    text: str
+
+    @classmethod
+    def of(cls, c: Citation) -> CitationOut:
+        return cls(
+            number=c.number, chunk_id=c.chunk_id, document_id=c.doc_id, path=c.path, title=c.title,
+            location=c.location, page=c.page, line_start=c.line_start, line_end=c.line_end, text=c.text,
+        )
+
+
+class SourceOut(BaseModel):
+    """A document retrieval found for the question (the answer may cite some of them)."""
+
+    rank: int
+    document_id: str
+    path: str
+    title: str
+
+    @classmethod
+    def of(cls, doc: DocumentHit) -> SourceOut:
+        return cls(rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title)
+
+
+class AskResponse(BaseModel):
+    question: str
+    search_query: str = Field(description="what was searched: the question, rewritten when it follows up")
+    rewritten_by: str = Field(description="none | llm | heuristic")
+    answer: str
+    citations: list[CitationOut]
+    generator: str = Field(description="which backend answered")
+    fallback_reason: str = Field(description="why the LLM did not answer, when the fallback did")
+    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted")
+    conversation_id: str
+    rerank_status: str
+    rerank_reason: str
+    sources: list[SourceOut]
+    timings_ms: dict[str, float]
+
+    @classmethod
+    def of(
+        cls, question: str, answer: Answer, result: SearchResult, conversation_id: str, rewritten_by: str,
+        timings_ms: dict[str, float],
+    ) -> AskResponse:
+        return cls(
+            question=question,
+            search_query=result.query,
+            rewritten_by=rewritten_by,
+            answer=answer.text,
+            citations=[CitationOut.of(c) for c in answer.citations],
+            generator=answer.generator,
+            fallback_reason=answer.fallback_reason,
+            flags=list(answer.flags),
+            conversation_id=conversation_id,
+            rerank_status=result.rerank_status.value,
+            rerank_reason=result.rerank_reason,
+            sources=[SourceOut.of(d) for d in result.documents],
+            timings_ms={k: round(v, 3) for k, v in timings_ms.items()},
+        )

@@ -1,0 +1,117 @@
+"""Shared by the HTTP API tests: uploading and waiting, parsing server-sent events, a fake OpenAI server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+SAMPLES = Path(__file__).parent.parent / "samples" / "docs"
+CEO_QUESTION = "Who is the CEO of Zentara Robotics?"
+
+
+def upload(client: httpx.Client, collection: str, files: list[tuple[str, bytes]]) -> httpx.Response:
+    return client.post(f"/v1/collections/{collection}/documents", files=[("file", f) for f in files])
+
+
+def samples() -> list[tuple[str, bytes]]:
+    return [(p.name, p.read_bytes()) for p in sorted(SAMPLES.iterdir())]
+
+
+def wait_done(client: httpx.Client, collection: str, timeout: float = 60) -> list[dict]:
+    """The collection's documents once none is queued or ingesting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        docs = client.get(f"/v1/collections/{collection}/documents").json()
+        if all(d["status"] in ("ready", "failed") for d in docs):
+            return docs
+        assert time.monotonic() < deadline, f"still ingesting: {docs}"
+        time.sleep(0.05)
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
+    """(event, data) pairs of a server-sent event stream, in order; comments are skipped."""
+    events: list[tuple[str, dict]] = []
+    name, data = "message", []
+    for line in response.iter_lines():
+        if line.startswith(":"):
+            continue
+        if not line:
+            if data:
+                events.append((name, json.loads("\n".join(data))))
+            name, data = "message", []
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+    return events
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible chat server on 127.0.0.1: answers `content`, streams `deltas` (one every `delay`
+    seconds), and closes the connection without `[DONE]` after `die_after` deltas when that is set. A rewrite
+    request (the system prompt asks to rewrite) is answered with `rewrite`. `aborted` is set when a client
+    hangs up while a stream is being written; `written` counts the deltas that went out."""
+
+    def __init__(self):
+        self.content = "Iris Kallas is the CEO of Zentara Robotics [1]."
+        self.deltas = ["Iris Kallas ", "is the CEO ", "[1]."]
+        self.delay = 0.0
+        self.die_after: int | None = None
+        self.rewrite = "How many employees does Zentara Robotics have?"
+        self.requests: list[dict] = []
+        self.aborted = threading.Event()
+        self.written = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                system = body["messages"][0]["content"] if body.get("messages") else ""
+                if body.get("stream"):
+                    fake._stream(self)
+                    return
+                content = fake.rewrite if system.startswith("Rewrite") else fake.content
+                payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
+                                                   "finish_reason": "stop"}], "model": "fake"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _stream(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        try:
+            for i, delta in enumerate(self.deltas):
+                if self.die_after is not None and i >= self.die_after:
+                    return  # the connection closes with no [DONE]: the model server died
+                chunk = {"choices": [{"delta": {"content": delta}, "index": 0}]}
+                handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                handler.wfile.flush()
+                self.written += 1
+                time.sleep(self.delay)
+            handler.wfile.write(b"data: [DONE]\n\n")
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.aborted.set()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
