@@ -306,3 +306,24 @@ def test_real_models_keep_the_raising_file_first(tmp_path_factory):
         found = locator.locate(parse_trace(raised_in_sample_app(scenario)))
         assert found.rerank_status.value == "ok"
         assert found.files[0].path == raising, (scenario, [f.path for f in found.files])
+
+
+def test_symbol_table_finds_files_by_path_module_and_name():
+    from funnel.apps.triage.symbols import SymbolTable, mentioned_names
+    from funnel.index.base import OutlineEntry
+
+    def entry(path, heading, n):
+        return OutlineEntry(f"{path}#{n}", path, path, "code", heading, n, n + 5)
+
+    table = SymbolTable([
+        entry("src/pkg/core/scales.py", "Nominal._setup", 1), entry("src/pkg/core/scales.py", "Continuous", 20),
+        entry("src/pkg/other/scales.py", "Scale", 1), entry("src/pkg/util.py", "get", 1),
+        entry("src/pkg/a.py", "get", 1), entry("src/pkg/b.py", "get", 1), entry("src/pkg/c.py", "get", 1),
+    ])
+    text = "Crash in `Nominal._setup` (see pkg/core/scales.py and scales.py); pkg.util.helper is fine"
+    assert table.mentioned_files(text) == ["src/pkg/core/scales.py"]  # bare "scales.py" is ambiguous
+    assert table.module_file("pkg.util.helper") == "src/pkg/util.py"
+    assert [d.path for d in table.files_defining("Nominal._setup")] == ["src/pkg/core/scales.py"]
+    assert [d.path for d in table.files_defining("_setup")] == ["src/pkg/core/scales.py"]
+    assert table.files_defining("get") == []  # defined in 4 files: says nothing
+    assert mentioned_names(text) == ["Nominal._setup", "scales.py", "pkg.util.helper"]

@@ -4,8 +4,8 @@ Three ranked lists of chunks are fused (weighted RRF) into one candidate window,
 the ordinary second stage (reranker + policy + fallback) and grouping to files:
 
 1. **frames** — the chunk holding each stack frame's line, innermost in-repository frame first;
-2. **symbols** — the chunks defining the names the trace and the message carry (the symbol table), and the
-   files of dotted module names they mention;
+2. **symbols** — the files the text names by path ("seaborn/_core/scales.py"), the chunks defining the
+   names the trace and the message carry (the symbol table), and the files of dotted module names;
 3. **search** — funnel's hybrid first stage over exception type + message + those names.
 
 A frame is the strongest evidence there is (the code that raised), so its list weighs most; with
@@ -45,7 +45,8 @@ class LocateConfig:
     k: int = 5
     candidates: int = 25
     frame_weight: float = 1.0
-    symbol_weight: float = 1.5
+    symbol_weight: float = 1.5  # names in the trace, files named by path
+    mention_weight: float = 0.5  # code-like names in free text: many, and often incidental
     search_weight: float = 1.0
     use_trace: bool = True  # False: plain hybrid + rerank, for comparison in benchmarks
     policy: RerankPolicy | None = None  # None: the pipeline's
@@ -80,27 +81,37 @@ class FileLocator:
         """The repository-relative path of an indexed document."""
         return self._rel.get(doc_id, fallback)
 
-    def query_for(self, parsed: ParsedError, text: str) -> tuple[str, list[str]]:
-        """The search query and the code names it carries."""
-        names = trace_symbols(parsed)[:MAX_NAMES] if self.config.use_trace else []
-        names += [n for n in mentioned_names(text) if n not in names][: MAX_NAMES]
+    def query_for(self, parsed: ParsedError, text: str) -> tuple[str, list[str], list[str]]:
+        """The search query, the code names the trace carries, and those the free text mentions."""
+        trace_names = trace_symbols(parsed)[:MAX_NAMES] if self.config.use_trace else []
+        text_names = [n for n in mentioned_names(text) if n not in trace_names][:MAX_NAMES]
         head = " ".join(p for p in (parsed.exception_type, parsed.message) if p)
-        return " ".join([head, text if text != parsed.message else "", *names]).strip(), names
+        query = " ".join([head, text if text != parsed.message else "", *trace_names, *text_names]).strip()
+        return query, trace_names, text_names
 
     def locate(self, parsed: ParsedError, text: str = "") -> Localisation:
         config, pipeline = self.config, self.pipeline
         started = time.perf_counter()
-        query, names = self.query_for(parsed, text or parsed.message)
+        text = text or parsed.message
+        query, trace_names, text_names = self.query_for(parsed, text)
         notes: list[str] = []
         search = first_stage(
             pipeline.store, pipeline.embedder, query, config.candidates, pipeline.config.first_stage,
             Filter(), max_per_document=pipeline.config.chunks_per_document,
         )
-        frame_chunks, frame_labels = self._frame_chunks(parsed.frames) if config.use_trace else ([], {})
-        symbol_chunks = self._symbol_chunks(names) if config.use_trace else []
-        if config.use_trace and parsed.frames and not frame_chunks:
-            notes.append("no frame of the trace is a file of this repository")
-        candidates = self._fuse(search, frame_chunks, symbol_chunks)
+        frame_chunks, frame_labels, symbol_chunks, mention_chunks = [], {}, [], []
+        if config.use_trace:
+            frame_chunks, frame_labels = self._frame_chunks(parsed.frames)
+            # Strong: what the trace names, and files the text names by path. Weak: names in free text.
+            symbol_chunks = self._definition_chunks(trace_names, self.symbols.mentioned_files(text))
+            mention_chunks = self._definition_chunks(text_names)
+            if parsed.frames and not frame_chunks:
+                notes.append("no frame of the trace is a file of this repository")
+        candidates = self._fuse(search, [
+            (frame_chunks, config.frame_weight, FRAME_RRF_K),
+            (symbol_chunks, config.symbol_weight, pipeline.config.first_stage.rrf_k),
+            (mention_chunks, config.mention_weight, pipeline.config.first_stage.rrf_k),
+        ])
         fused_ms = 1000 * (time.perf_counter() - started)
         policy = config.policy or pipeline.config.policy
         second = second_stage(
@@ -110,7 +121,7 @@ class FileLocator:
         documents = group(second.hits, config.k, pipeline.config.chunks_per_document)
         rerank_ms = 1000 * (time.perf_counter() - started) - fused_ms
         frame_files = {c.doc_id for c in frame_chunks}
-        symbol_files = {c.doc_id for c in symbol_chunks}
+        symbol_files = {c.doc_id for c in symbol_chunks + mention_chunks}
         search_files = {c.chunk.doc_id for c in search}
         files = []
         for doc in documents:
@@ -135,8 +146,9 @@ class FileLocator:
     def _frame_chunks(self, frames: tuple[Frame, ...]) -> tuple[list[Chunk], dict[str, list[str]]]:
         chunks: list[Chunk] = []
         labels: dict[str, list[str]] = {}
-        in_repo = [f for f in frames if not f.library][:MAX_FRAMES] or list(frames[:MAX_FRAMES])
-        for match in match_frames(in_repo, self.symbols.paths):
+        # Every frame is tried (library frames match only when the repository is that library, e.g. a
+        # site-packages/requests frame in the requests repository); the first MAX_FRAMES matches count.
+        for match in match_frames(frames, self.symbols.paths)[:MAX_FRAMES]:
             frame = match.frame
             labels.setdefault(match.path, []).append(f"{frame.symbol or '?'}:{frame.line or '?'}")
             file_chunks = self._chunks_of(match.path)
@@ -149,8 +161,9 @@ class FileLocator:
             chunks.append(chunk or file_chunks[0])
         return chunks, labels
 
-    def _symbol_chunks(self, names: list[str]) -> list[Chunk]:
-        chunk_ids: list[tuple[str, str]] = []  # (path, chunk_id)
+    def _definition_chunks(self, names: list[str], paths: list[str] = ()) -> list[Chunk]:
+        """The chunks defining `names` (and the first chunk of each file in `paths`), in order."""
+        chunk_ids: list[tuple[str, str]] = [(path, "") for path in paths]  # (path, chunk_id or "" = first)
         for name in names:
             for definition in self.symbols.files_defining(name):
                 chunk_ids.append((definition.path, definition.chunk_id))
@@ -166,21 +179,19 @@ class FileLocator:
                 chunks.append(chosen)
         return chunks
 
-    def _fuse(self, search: list[Candidate], frames: list[Chunk], symbols: list[Chunk]) -> list[Candidate]:
+    def _fuse(self, search: list[Candidate], lists: list[tuple[list[Chunk], float, float]]) -> list[Candidate]:
+        """Weighted RRF of the signal lists (chunks, weight, k) and the search list."""
         config = self.config
         by_id = {c.chunk.chunk_id: c for c in search}
-        chunks = {c.chunk_id: c for c in frames + symbols}
-        rrf_k = self.pipeline.config.first_stage.rrf_k
-        lists = [
-            (list(dict.fromkeys(c.chunk_id for c in frames)), config.frame_weight, FRAME_RRF_K),
-            (list(dict.fromkeys(c.chunk_id for c in symbols)), config.symbol_weight, rrf_k),
-            ([c.chunk.chunk_id for c in search], config.search_weight, rrf_k),
-        ]
+        chunks = {c.chunk_id: c for chunk_list, _, _ in lists for c in chunk_list}
+        rankings = [(list(dict.fromkeys(c.chunk_id for c in chunk_list)), weight, k) for chunk_list, weight, k in lists]
+        rankings.append(([c.chunk.chunk_id for c in search], config.search_weight, self.pipeline.config.first_stage.rrf_k))
         scores: dict[str, float] = {}
-        for ids, weight, k in lists:  # weighted RRF, the frames' list with a steep k (see FRAME_RRF_K)
+        for ids, weight, k in rankings:
             for rank, chunk_id in enumerate(ids, start=1):
                 scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + rank)
         fused = sorted(scores.items(), key=lambda kv: -kv[1])
+        injected = len(chunks)
         per_doc: dict[str, int] = {}
         out: list[Candidate] = []
         cap = self.pipeline.config.chunks_per_document
@@ -196,7 +207,7 @@ class FileLocator:
                                      found.dense_rank, found.dense_score))
             else:
                 out.append(Candidate(chunk, rank, score))
-            if len(out) >= max(config.candidates, len(frames) + len(symbols)):
+            if len(out) >= max(config.candidates, injected):
                 break
         return out
 

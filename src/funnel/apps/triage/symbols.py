@@ -22,6 +22,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 # code-like; plain words are left to BM25.
 _CODE_LIKE = re.compile(r"^(?:[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z0-9]+(?:_[a-z0-9]+)+|_\w+|\w+(?:\.\w+)+)$")
 _BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
+_PATHLIKE = re.compile(r"[\w.-]+(?:/[\w.-]+)*\.[A-Za-z]{1,5}\b")
 _SKIP = frozenset({"self", "cls", "None", "True", "False", "main", "__init__", "__call__", "<module>"})
 
 
@@ -50,7 +51,9 @@ class SymbolTable:
             # "UserService.get_user" is found as itself, as "get_user" and as its class "UserService".
             for key in {entry.heading, parts[-1], parts[0]}:
                 self._by_name[key].append(definition)
-        for path in self.paths:
+        self._by_basename: dict[str, list[str]] = defaultdict(list)
+        for path in sorted(self.paths):
+            self._by_basename[path.rsplit("/", 1)[-1]].append(path)
             if path.endswith(".py"):
                 module = path[:-3].removesuffix("/__init__").replace("/", ".")
                 for start in range(module.count(".") + 1):  # "src.pkg.mod", "pkg.mod", "mod"
@@ -70,6 +73,24 @@ class SymbolTable:
         for d in sorted(found, key=lambda d: (d.symbol != name, d.line_start or 0)):
             per_file.setdefault(d.path, d)
         return list(per_file.values()) if len(per_file) <= MAX_FILES_PER_NAME else []
+
+    def mentioned_files(self, text: str, limit: int = 10) -> list[str]:
+        """Repository files the text names by path ("lib/x/scales.py", "scales.py" when only one file has
+        that name), in order of mention. A longer mention wins; an ambiguous basename names nothing."""
+        found: dict[str, None] = {}
+        for mention in _PATHLIKE.findall(text[:20_000]):
+            parts = [p for p in mention.split("/") if p not in ("", ".")]
+            if not parts:
+                continue
+            candidates = self._by_basename.get(parts[-1], [])
+            best = [c for c in candidates if c.split("/")[-len(parts):] == parts]
+            if len(best) > 1:  # prefer the candidates whose path ends with the whole mention... still many
+                best = [c for c in best if len(c.split("/")) == len(parts)] or best
+            if len(best) == 1:
+                found.setdefault(best[0], None)
+            if len(found) >= limit:
+                break
+        return list(found)
 
     def module_file(self, dotted: str) -> str | None:
         """The file of a dotted module name ("astropy.modeling.separable"), or of its longest module prefix
