@@ -52,6 +52,28 @@ def scores(ranks: list[int | None]) -> dict[str, float]:
     return out
 
 
+def report(ranks, timings, per_instance, ingest_log, out: Path, final: bool) -> None:
+    """Print the table (at the end) and write results.json (after every corpus, so a stopped run keeps
+    what it measured)."""
+    table = {}
+    for repo in sorted(ranks, key=lambda r: (r == "ALL", r)):
+        table[repo] = {variant: scores(ranks[repo][variant]) for variant in VARIANTS}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"scores": table, "instances": per_instance, "ingest": ingest_log,
+         "latency_p50_ms": {v: statistics.median(t) for v, t in timings.items() if t}}, indent=1))
+    if not final:
+        return
+    print("\nrecall@1 / @3 / @5 / MRR@20 per variant")
+    print(f"{'repo':<24}{'n':>4}  " + "  ".join(f"{v:>20}" for v in VARIANTS))
+    for repo, row in table.items():
+        cells = [f"{s['R@1']:.2f}/{s['R@3']:.2f}/{s['R@5']:.2f}/{s['MRR']:.2f}" for s in row.values()]
+        print(f"{repo:<24}{len(ranks[repo]['hybrid']):>4}  " + "  ".join(f"{c:>20}" for c in cells))
+    print("\nquery latency p50 ms: " + ", ".join(
+        f"{v} {statistics.median(t):.0f}" for v, t in timings.items() if t))
+    print(f"wrote {out / 'results.json'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "funnel" / "swebench")
@@ -91,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         index_dir = args.cache / "index" / f"{corpus.name}-{args.embedder}"
         plain = Pipeline(LanceStore(index_dir), embedder, config=config)
         started = time.perf_counter()
-        report = plain.ingest([corpus])
+        ingested = plain.ingest([corpus])
         info = plain.store.info()
         ingest_log.append({"corpus": corpus.name, "chunks": info.chunks if info else 0,
-                           "files": info.documents if info else 0, "embedded": report.chunks,
+                           "files": info.documents if info else 0, "embedded": ingested.chunks,
                            "seconds": round(time.perf_counter() - started, 1)})
         print(f"{corpus.name}: {ingest_log[-1]}", file=sys.stderr, flush=True)
         if args.max_chunks and info and info.chunks > args.max_chunks:
@@ -123,25 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                 ranks["ALL"][variant].append(rank)
                 row[variant] = rank
             per_instance.append(row)
+        report(ranks, timings, per_instance, ingest_log, args.out, final=False)
 
-    header = f"{'repo':<24}{'n':>4}  " + "  ".join(f"{v:>20}" for v in VARIANTS)
-    print("\nrecall@1 / @3 / @5 / MRR@20 per variant")
-    print(header)
-    table = {}
-    for repo in sorted(ranks, key=lambda r: (r == "ALL", r)):
-        cells = []
-        for variant in VARIANTS:
-            s = scores(ranks[repo][variant])
-            table.setdefault(repo, {})[variant] = s
-            cells.append(f"{s['R@1']:.2f}/{s['R@3']:.2f}/{s['R@5']:.2f}/{s['MRR']:.2f}")
-        print(f"{repo:<24}{len(ranks[repo]['hybrid']):>4}  " + "  ".join(f"{c:>20}" for c in cells))
-    print("\nquery latency p50 ms: " + ", ".join(
-        f"{v} {statistics.median(t):.0f}" for v, t in timings.items() if t))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(
-        {"scores": table, "instances": per_instance, "ingest": ingest_log,
-         "latency_p50_ms": {v: statistics.median(t) for v, t in timings.items() if t}}, indent=1))
-    print(f"wrote {args.out / 'results.json'}")
+    report(ranks, timings, per_instance, ingest_log, args.out, final=True)
     return 0
 
 

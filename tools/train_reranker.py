@@ -300,6 +300,10 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
     kept_layers = _keep_layers(model, args.layers)
     log(f"init {init_dir}: encoder layers {kept_layers}")
     model.train()
+    teacher = None
+    if args.teacher:  # distillation: the student also matches the teacher's softmax over each group
+        teacher = AutoModelForSequenceClassification.from_pretrained(args.teacher, num_labels=1).eval()
+        log(f"teacher {args.teacher}, distill weight {args.distill_weight}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, fused=True)
     total = args.steps
     warmup = max(1, int(0.06 * total))
@@ -378,6 +382,14 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
             grouped, labels, pos_weight=torch.tensor(float(GROUP_NEGATIVES))
         )
         loss = listwise + args.bce_weight * pointwise
+        if teacher is not None:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                taught = teacher(**feeds).logits[:, 0].float().view_as(grouped)
+            distill = torch.nn.functional.kl_div(
+                torch.log_softmax(grouped, dim=1), torch.log_softmax(taught, dim=1), log_target=True,
+                reduction="batchmean",
+            )
+            loss = loss + args.distill_weight * distill
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -414,7 +426,8 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
     return {
         "steps": step, "train_seconds": wall, "best": best, "history": history,
         "train_groups": len(train_groups), "val_queries": len(val), "init": str(init_dir),
-        "kept_layers": kept_layers,
+        "kept_layers": kept_layers, "teacher": str(args.teacher) if args.teacher else None,
+        "distill_weight": args.distill_weight if args.teacher else 0.0,
         "train_pairs_seen": step * args.groups_per_step * (1 + GROUP_NEGATIVES),
         "by_source": {s: sum(g["source"] == s for g in train_groups)
                       for s in ("scifact", "tatqa", "tatqa-rows", "cosqa")},
@@ -610,6 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, default=None,
                         help="start from this checkpoint (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--layers", type=int, default=0, help="keep this many evenly spaced encoder layers")
+    parser.add_argument("--teacher", type=Path, default=None, help="a trained reranker checkpoint to distil from")
+    parser.add_argument("--distill-weight", type=float, default=1.0)
     parser.add_argument("--stage", choices=["all", "mine", "train", "export"], default="all")
     args = parser.parse_args(argv)
 
