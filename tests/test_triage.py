@@ -107,8 +107,7 @@ def test_seed_failure_user_service_ranks_above_dto_and_controller(locator):
     for trace in (raised_in_sample_app("user_not_found"), ""):
         paths = [f.path for f in locator.locate(parse_trace(trace, message), message).files]
         assert paths[0] == "app/user_service.py"
-        for other in ("app/user_dto.py", "app/user_controller.py"):
-            assert other not in paths or paths.index(other) > 0
+        assert {"app/user_dto.py", "app/user_controller.py"} <= set(paths[1:])  # found, and ranked below
 
 
 @pytest.mark.parametrize(
@@ -208,6 +207,22 @@ def test_agent_reads_only_repository_files(repo_copy):
     assert "def tax_for" in tool_results[3] and "TOP SECRET" not in "".join(tool_results)
     assert [f.path for f in run.analysis.suspected_files] == ["app/pricing.py"]  # the invented path dropped
     assert "outside the repository dropped" in run.reason
+
+
+def test_a_file_swapped_for_a_symlink_after_indexing_is_not_read(repo_copy):
+    repo, p = repo_copy
+    tools = RepoTools(FileLocator(p, repo_root=repo), repo)
+    assert "def tax_for" in tools.read_file("app/pricing.py")
+    (repo / "app" / "pricing.py").unlink()
+    os.symlink(repo.parent / "outside.txt", repo / "app" / "pricing.py")
+    assert "not a file of the indexed repository" in tools.read_file("app/pricing.py")
+
+
+def test_search_files_never_shows_indexed_content_from_outside_the_repository(repo_copy):
+    repo, p = repo_copy  # app/link.py -> ../outside.txt was followed by the ingest
+    tools = RepoTools(FileLocator(p, repo_root=repo), repo)
+    assert "TOP SECRET" not in tools.search_files("TOP SECRET outside the repository")
+    assert all(not path.startswith("/") for path in tools.locator.symbols.paths)
 
 
 def test_injected_instructions_reach_the_model_as_fenced_data(repo_copy):
@@ -327,3 +342,25 @@ def test_symbol_table_finds_files_by_path_module_and_name():
     assert [d.path for d in table.files_defining("_setup")] == ["src/pkg/core/scales.py"]
     assert table.files_defining("get") == []  # defined in 4 files: says nothing
     assert mentioned_names(text) == ["Nominal._setup", "scales.py", "pkg.util.helper"]
+
+
+def test_a_base_model_without_tool_calling_is_not_asked_to_analyse(pipeline):
+    chat = ScriptedChat([])
+    chat.completion_prompt = True  # what OpenAIChat(completion_prompt=True) carries
+    outcome = TriageService(pipeline, repo_root=SAMPLE_REPO, chat=chat).triage(
+        ErrorReport(message="x", stack_trace=raised_in_sample_app("unknown_sku")))
+    assert outcome.result.analysis_status is AnalysisStatus.LLM_UNAVAILABLE
+    assert "cannot call tools" in outcome.result.analysis_reason and chat.sent == []
+    assert outcome.result.files[0].path == "app/inventory.py"
+
+
+def test_an_unwritable_incident_store_costs_a_note_not_the_report(pipeline, tmp_path):
+    from funnel.apps.triage.incidents import IncidentStore
+
+    path = tmp_path / "incidents.sqlite"
+    store = IncidentStore(path)
+    path.write_bytes(b"this is not an SQLite database" * 100)  # broken after start-up
+    service = TriageService(pipeline, repo_root=SAMPLE_REPO, incidents=store)
+    outcome = service.triage(ErrorReport(message="x", stack_trace=raised_in_sample_app("empty_order")))
+    assert outcome.incident_id is None and outcome.result.files[0].path == "app/pricing.py"
+    assert any(note.startswith("incident not stored:") for note in outcome.result.notes)

@@ -70,7 +70,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     if triage is None and settings.repo is not None:
         from funnel.apps.triage.build import build_triage
 
-        triage = build_triage(settings)
+        triage = build_triage(settings, reranker=reranker, chat=chat)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -84,9 +84,11 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
         finally:
             # Queued uploads stay "queued" in their registry and resume at the next start.
             await run_in_threadpool(library.close)
-            close = getattr(reranker, "close", None)
-            if callable(close):
-                close()
+            owned = [reranker, chat] + ([triage.notifier, triage.chat] if triage is not None else [])
+            for client in owned:  # HTTP clients and model sessions
+                close = getattr(client, "close", None)
+                if callable(close):
+                    close()
 
     app = FastAPI(
         title="funnel",

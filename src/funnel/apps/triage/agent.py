@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from funnel.apps.triage.locate import FileLocator
 from funnel.apps.triage.redact import redact
 from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile
-from funnel.errors import BackendUnavailable, UpstreamError
+from funnel.errors import FunnelError
 from funnel.generate.chat import ChatMessage, ChatModel, ChatReply, ToolCall, ToolSpec
 
 MAX_TOOL_CHARS = 6000
@@ -87,12 +87,12 @@ class RepoTools:
         query = str(query).strip()
         if not query:
             return "error: the query is empty"
-        result = self.locator.pipeline.search(query[:2000], k=SEARCH_RESULTS)
+        result = self.locator.pipeline.search(query[:2000], k=3 * SEARCH_RESULTS)
         lines = []
-        for doc in result.documents:
+        for doc in [d for d in result.documents if self.locator.in_repository(d.doc_id)][:SEARCH_RESULTS]:
             best = doc.best.chunk
             first = best.text.strip().splitlines()[:6]
-            lines.append(f"{doc.rank}. {self.locator.path_of(doc.doc_id, doc.path)} lines {best.line_start}-{best.line_end}\n" + "\n".join(first))
+            lines.append(f"{len(lines) + 1}. {self.locator.path_of(doc.doc_id, doc.path)} lines {best.line_start}-{best.line_end}\n" + "\n".join(first))
         return "\n\n".join(lines) or "no files found"
 
     def read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> str:
@@ -123,8 +123,9 @@ class RepoTools:
                 out = self.read_file(args.get("path", ""), _int(args.get("start_line"), 1), _int(args.get("end_line")))
             else:
                 return f"error: unknown tool {call.name!r}; the tools are search_files and read_file"
-        except (UpstreamError, BackendUnavailable) as e:
+        except FunnelError as e:
             return f"error: {e}"
+        out = redact(out)  # repository text may hold secrets; the model may be remote
         return out if len(out) <= MAX_TOOL_CHARS else out[:MAX_TOOL_CHARS] + "\n[cut]"
 
 
@@ -132,6 +133,9 @@ def analyse(chat: ChatModel, tools: RepoTools, error_text: str, files: list[Rank
             limits: AgentLimits | None = None) -> AgentRun:
     """Run the agent loop. Never raises for model trouble: the status says what happened."""
     limits = limits or AgentLimits()
+    if getattr(chat, "completion_prompt", False):
+        return AgentRun(None, AnalysisStatus.LLM_UNAVAILABLE,
+                        f"{chat.name} is a completion (base) model: it cannot call tools")
     messages = [ChatMessage("system", SYSTEM_PROMPT), ChatMessage("user", _first_prompt(error_text, files))]
     run = AgentRun(None, AnalysisStatus.INVALID)
     invalid = 0
@@ -161,7 +165,7 @@ def analyse(chat: ChatModel, tools: RepoTools, error_text: str, files: list[Rank
             messages.append(ChatMessage("assistant", reply.content))
             messages.append(ChatMessage("user", f"That was not a valid JSON object for the schema ({problem}). "
                                                 "Reply with only the JSON object."))
-    except (UpstreamError, BackendUnavailable) as e:
+    except FunnelError as e:  # unreachable, timed out, refused the request: the ranked files still stand
         run.status, run.reason = AnalysisStatus.LLM_UNAVAILABLE, str(e)
         return run
 

@@ -23,17 +23,25 @@ def default_repo_index(repo: Path) -> Path:
     return cache / f"{repo.name or 'root'}-{digest}"
 
 
-def build_triage(settings: Settings, slack: bool = True) -> TriageService:
+def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=None) -> TriageService:
+    """The triage service of `settings`. `reranker` and `chat`, when given (by `funnel serve`, which has
+    built them already), are shared instead of built twice. The repository's index is `settings.index`
+    when one was set, else `default_repo_index(repo)` (the one `funnel triage --repo` uses)."""
     repo = settings.repo.resolve() if settings.repo else None
     if repo is not None and not repo.is_dir():
         raise ConfigError(f"the repository {settings.repo} is not a directory")
     webhook = settings.slack_webhook_url.get_secret_value() if settings.slack_webhook_url and slack else None
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ConfigError("slack_webhook_url must be an http:// or https:// URL")
+    if repo is not None and "index" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"index": default_repo_index(repo)})
+    pipeline = build_pipeline(settings)
+    if reranker is not None:
+        pipeline.reranker = reranker
     return TriageService(
-        build_pipeline(settings),
+        pipeline,
         repo_root=repo,
-        chat=build_chat(settings),
+        chat=chat if chat is not None else build_chat(settings),
         notifier=SlackNotifier(webhook) if webhook else None,
         incidents=IncidentStore(settings.incidents),
     )

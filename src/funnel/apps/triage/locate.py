@@ -26,7 +26,7 @@ from funnel.apps.triage.stacktrace import Frame, ParsedError
 from funnel.apps.triage.symbols import SymbolTable, mentioned_names
 from funnel.group import group
 from funnel.index.base import Filter
-from funnel.pipeline import Pipeline
+from funnel.pipeline import MAX_QUERY_CHARS, Pipeline
 from funnel.rerank.policies import RerankPolicy, second_stage
 from funnel.retrieve.first_stage import first_stage
 from funnel.types import Candidate, Chunk, DocumentHit, RerankStatus
@@ -73,9 +73,15 @@ class FileLocator:
         self.config = config or LocateConfig()
         outline = pipeline.store.outline()
         root = _root_of([e.doc_id for e in outline], repo_root)
-        self._rel = {e.doc_id: _relative(e.doc_id, root) for e in outline}
+        # Only files under the root are the repository's: an index may also hold a file a symlink led
+        # the ingest to, or other documents; triage shows and searches none of them.
+        self._rel = {e.doc_id: rel for e in outline if not (rel := _relative(e.doc_id, root)).startswith("/")}
+        outline = [e for e in outline if e.doc_id in self._rel]
         self.symbols = SymbolTable(replace(e, path=self._rel[e.doc_id]) for e in outline)
         self._doc_ids = {path: doc_id for doc_id, path in self._rel.items()}
+
+    def in_repository(self, doc_id: str) -> bool:
+        return doc_id in self._rel
 
     def path_of(self, doc_id: str, fallback: str) -> str:
         """The repository-relative path of an indexed document."""
@@ -95,10 +101,11 @@ class FileLocator:
         text = text or parsed.message
         query, trace_names, text_names = self.query_for(parsed, text)
         notes: list[str] = []
-        search = first_stage(
+        query = query[:MAX_QUERY_CHARS]  # as Pipeline.search does: BM25 over a 100 KB query scans the index
+        search = [c for c in first_stage(
             pipeline.store, pipeline.embedder, query, config.candidates, pipeline.config.first_stage,
             Filter(), max_per_document=pipeline.config.chunks_per_document,
-        )
+        ) if c.chunk.doc_id in self._rel]
         frame_chunks, frame_labels, symbol_chunks, mention_chunks = [], {}, [], []
         if config.use_trace:
             frame_chunks, frame_labels = self._frame_chunks(parsed.frames)

@@ -28,6 +28,8 @@ repetition, so the work is linear in the input (a 10 MB trace takes well under t
 
 from __future__ import annotations
 
+from enum import Enum
+
 import math
 import re
 from collections import Counter
@@ -154,6 +156,29 @@ def redact(text: str) -> str:
     return text
 
 
+def _construct(model: type[BaseModel], data: Any) -> Any:
+    """`model` from its redacted dump without validation, nested models rebuilt the same way."""
+    if not isinstance(data, dict):
+        return data
+    values = {}
+    for name, field in model.model_fields.items():
+        if name not in data:
+            continue
+        value, annotation = data[name], field.annotation
+        inner = getattr(annotation, "__args__", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            value = _construct(annotation, value)
+        elif isinstance(annotation, type) and issubclass(annotation, Enum) and value is not None:
+            value = annotation(value)
+        elif inner and isinstance(value, list) and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+            value = [_construct(inner[0], v) for v in value]
+        elif inner and isinstance(value, dict):
+            model_arg = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            value = _construct(model_arg, value) if model_arg else value
+        values[name] = value
+    return model.model_construct(**values)
+
+
 def redact_obj(obj: Any) -> Any:
     """`obj` with `redact` applied to every string in it; a pydantic model comes back as the same type.
 
@@ -163,7 +188,8 @@ def redact_obj(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, BaseModel):
-        return type(obj).model_validate(redact_obj(obj.model_dump(mode="json")))
+        # model_construct: redaction lengthens text ("[REDACTED]"), which must not fail a length limit.
+        return _construct(type(obj), redact_obj(obj.model_dump(mode="json")))
     if isinstance(obj, dict):
         out = {}
         for key, value in obj.items():

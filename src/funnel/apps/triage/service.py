@@ -91,10 +91,19 @@ class TriageService:
             analysis_reason=reason,
             notes=notes,
         )
-        incident_id = self.incidents.record(report, result) if self.incidents else None
+        incident_id = None
+        if self.incidents is not None:
+            try:
+                incident_id = self.incidents.record(report, result)
+            except StoreError as e:  # the report still gets its files and its Slack message
+                log.warning("incident not stored: %s", e)
+                result = result.model_copy(update={"notes": [*result.notes, f"incident not stored: {e}"]})
         delivery = None
         if self.notifier is not None:
             delivery = self.notifier.notify(result)
-            if self.incidents and incident_id is not None:
-                self.incidents.set_delivery(incident_id, delivery)
+            if self.incidents is not None and incident_id is not None:
+                try:
+                    self.incidents.set_delivery(incident_id, delivery)
+                except StoreError as e:
+                    log.warning("incident %s: delivery status not stored: %s", incident_id, e)
         return TriageOutcome(result, incident_id, delivery, tool_calls)

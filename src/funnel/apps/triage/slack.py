@@ -159,9 +159,10 @@ class SlackNotifier:
         tries again (and reports this one too).
         """
         fingerprint = result.fingerprint
+        key = f"{result.service}\x00{fingerprint}"  # the same error in two services is two incidents
         with self._lock:
             now = self._clock()
-            admitted = self._admit(fingerprint, now)
+            admitted = self._admit(key, now)
         if isinstance(admitted, Delivery):
             log.info("slack: %s for %s (%s)", admitted.status.value, fingerprint, admitted.detail)
             return admitted
@@ -174,7 +175,7 @@ class SlackNotifier:
             reason = f"{type(e).__name__}: {self._scrub(str(e))}"
             sent, attempts, detail = False, 0, f"could not build or post the message: {reason}"
         with self._lock:
-            self._settle(fingerprint, reservation, token, sent)
+            self._settle(key, reservation, token, sent)
         if sent:
             return Delivery(DeliveryStatus.SENT, attempts, detail, reservation.count)
         log.warning("slack: delivery failed for %s: %s", fingerprint, detail)

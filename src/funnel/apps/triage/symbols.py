@@ -78,7 +78,8 @@ class SymbolTable:
         """Repository files the text names by path ("lib/x/scales.py", "scales.py" when only one file has
         that name), in order of mention. A longer mention wins; an ambiguous basename names nothing."""
         found: dict[str, None] = {}
-        for mention in _PATHLIKE.findall(text[:20_000]):
+        mentions = (m for token in text[:20_000].split() if len(token) <= 300 for m in _PATHLIKE.findall(token))
+        for mention in mentions:  # token by token: one 10 kB blob must not make the regex quadratic
             parts = [p for p in mention.split("/") if p not in ("", ".")]
             if not parts:
                 continue
