@@ -153,3 +153,20 @@ def test_serve_warns_when_exposed_without_a_key(host, key, warns):
     assert (warning is not None) == warns
     if warns:
         assert "FUNNEL_API_KEY" in warning
+
+
+def test_a_root_path_prefix_does_not_open_guarded_routes(tmp_path):
+    """Behind a proxy (`--root-path /x`) the path still carries the prefix; the key is still needed."""
+    import asyncio
+
+    app = create_app(Settings(embedder="hashing", data_dir=tmp_path / "data", api_key=KEY))
+
+    async def status(path: str, **headers) -> int:
+        transport = httpx.ASGITransport(app=app, root_path="/x")
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return (await client.get(path, headers=headers)).status_code
+
+    assert asyncio.run(status("/x/v1/collections")) == 401
+    assert asyncio.run(status("/x/metrics")) == 401
+    assert asyncio.run(status("/x/v1/collections", **{"X-API-Key": KEY})) == 200
+    assert asyncio.run(status("/x/health")) == 200

@@ -16,7 +16,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 UPLOAD_PATH = re.compile(r"^/v1/collections/[^/]+/documents/?$")
 # Multipart framing around the files: boundaries and part headers.
 MULTIPART_SLACK = 64 * 1024
-PROTECTED = ("/v1/", "/api/", "/metrics")
+# Everything needs the key except these (default deny: a route added later is guarded without a change here).
+OPEN_PATHS = frozenset({"/", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+OPEN_PREFIXES = ("/static/",)
 
 
 class BodyTooLarge(HTTPException):
@@ -64,8 +66,8 @@ class BodyLimit:
 
 
 class ApiKeyAuth:
-    """With a key configured, /v1/*, /api/* and /metrics need `X-API-Key: KEY` or `Authorization: Bearer
-    KEY`; /health, the web page and the OpenAPI docs stay open. CORS preflights (OPTIONS) pass: they carry
+    """With a key configured, every route needs `X-API-Key: KEY` or `Authorization: Bearer KEY` except
+    /health, the web page and the OpenAPI docs (`OPEN_PATHS`), compared after the root path is removed. CORS preflights (OPTIONS) pass: they carry
     no credentials by design, and the CORS middleware answers them."""
 
     def __init__(self, app: ASGIApp, key: str):
@@ -74,7 +76,7 @@ class ApiKeyAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         http = scope["type"] == "http"
-        guarded = http and scope["method"] != "OPTIONS" and scope["path"].startswith(PROTECTED)
+        guarded = http and scope["method"] != "OPTIONS" and not _is_open(_route_path(scope))
         if guarded and not self._allowed(scope):
             error = Unauthorized("missing or wrong API key: send it as X-API-Key or Authorization: Bearer")
             await error_response(error)(scope, receive, send)
@@ -88,6 +90,18 @@ class ApiKeyAuth:
             given = token.strip() if scheme.lower() == "bearer" else None
         # compare_digest on bytes: the time taken does not tell how much of the key was right.
         return given is not None and hmac.compare_digest(given.encode(), self.key)
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the app routes on: behind `--root-path /x`, Starlette's path still carries the prefix."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path
+
+
+def _is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 class RequestMetrics:
