@@ -79,3 +79,13 @@ def serving(app):
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+class FakeClock:
+    """A clock a test moves by hand (`clock.now += 61`)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

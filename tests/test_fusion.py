@@ -29,3 +29,11 @@ def test_rrf_rejects_bad_arguments():
         rrf([["a"]], k=0)
     with pytest.raises(ValueError):
         rrf([["a"], ["b"]], weights=[1.0])
+
+
+def test_each_ranking_may_have_its_own_k():
+    fused = dict(rrf([["a", "b"], ["b", "a"]], weights=[1.0, 2.0], ks=[1.0, 60.0]))
+    assert fused["a"] == pytest.approx(1 / 2 + 2 / 62)
+    assert fused["b"] == pytest.approx(1 / 3 + 2 / 61)
+    with pytest.raises(ValueError):
+        rrf([["a"]], ks=[0.0])

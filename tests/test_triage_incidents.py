@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock
 
 from funnel.apps.triage.incidents import SCHEMA_VERSION, Incident, IncidentStore
 from funnel.apps.triage.redact import REDACTED
@@ -26,17 +27,9 @@ from funnel.errors import StoreError
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_700_000_000.0)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from funnel.index.base import Filter
 from funnel.pipeline import MAX_QUERY_CHARS, Pipeline
 from funnel.rerank.policies import RerankPolicy, second_stage
 from funnel.retrieve.first_stage import first_stage
+from funnel.retrieve.fusion import rrf
 from funnel.types import Candidate, Chunk, DocumentHit, RerankStatus
 
 MAX_FRAMES = 10
@@ -191,13 +192,9 @@ class FileLocator:
         config = self.config
         by_id = {c.chunk.chunk_id: c for c in search}
         chunks = {c.chunk_id: c for chunk_list, _, _ in lists for c in chunk_list}
-        rankings = [(list(dict.fromkeys(c.chunk_id for c in chunk_list)), weight, k) for chunk_list, weight, k in lists]
-        rankings.append(([c.chunk.chunk_id for c in search], config.search_weight, self.pipeline.config.first_stage.rrf_k))
-        scores: dict[str, float] = {}
-        for ids, weight, k in rankings:
-            for rank, chunk_id in enumerate(ids, start=1):
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + rank)
-        fused = sorted(scores.items(), key=lambda kv: -kv[1])
+        lists = [*lists, ([c.chunk for c in search], config.search_weight, self.pipeline.config.first_stage.rrf_k)]
+        fused = rrf([list(dict.fromkeys(c.chunk_id for c in chunk_list)) for chunk_list, _, _ in lists],
+                    weights=[weight for _, weight, _ in lists], ks=[k for _, _, k in lists])
         injected = len(chunks)
         per_doc: dict[str, int] = {}
         out: list[Candidate] = []
