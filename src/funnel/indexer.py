@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -159,18 +160,31 @@ class Indexer:
                 report.removed += len(removed)
             # Batches are cut between documents, so a document's old chunks are deleted in the same
             # batch that adds its new ones, and never after.
+            # One batch is embedded and written in a worker thread while the next is loaded and chunked
+            # here (onnxruntime and Lance release the GIL): at most two batches in memory, written in
+            # order. Leaving the executor waits for the worker, so a failure here rolls back after it.
             batch: list[Chunk] = []
             replaced: set[str] = set()
-            for done, (item, chunks, drop_old) in enumerate(self._chunked(pending, report), start=1):
-                batch.extend(chunks)
-                if drop_old and not item.is_new:
-                    replaced.add(item.doc_id)
-                if len(batch) >= BATCH:
-                    report.chunks += self._write(tx, batch, replaced)
-                    batch, replaced = [], set()
-                if progress:
-                    progress(done, len(pending))
-            report.chunks += self._write(tx, batch, replaced)
+            writing: Future[int] | None = None
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="funnel-ingest") as writer:
+
+                def flush() -> None:
+                    nonlocal writing
+                    if writing is not None:
+                        report.chunks += writing.result()
+                    writing = writer.submit(self._write, tx, batch, replaced)
+
+                for done, (item, chunks, drop_old) in enumerate(self._chunked(pending, report), start=1):
+                    batch.extend(chunks)
+                    if drop_old and not item.is_new:
+                        replaced.add(item.doc_id)
+                    if len(batch) >= BATCH:
+                        flush()
+                        batch, replaced = [], set()
+                    if progress:
+                        progress(done, len(pending))
+                flush()
+                report.chunks += writing.result()
 
     def _chunked(
         self, pending: list[_Pending], report: IngestReport
