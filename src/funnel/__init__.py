@@ -31,9 +31,10 @@ def __getattr__(name: str):
 
 
 def open(path: str | Path = ".funnel", embedder: str = "minilm", **search_config) -> Pipeline:  # noqa: A001
-    """A pipeline over the index directory `path` (created on first ingest)."""
+    """A pipeline over the index at `path`: a directory (created on first ingest) or a
+    `postgresql://` URL (see `funnel.index.open_store`)."""
     from funnel.embed import load_embedder
-    from funnel.index.lance import LanceStore
+    from funnel.index import open_store
     from funnel.pipeline import Pipeline, SearchConfig
 
-    return Pipeline(LanceStore(path), load_embedder(embedder), config=SearchConfig(**search_config))
+    return Pipeline(open_store(path), load_embedder(embedder), config=SearchConfig(**search_config))

@@ -23,6 +23,7 @@ from rich.text import Text
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import load_settings
 from funnel.errors import ConfigError, FunnelError
+from funnel.index import location_label
 from funnel.types import Answer, SearchResult
 
 try:  # typer >= 0.24 vendors click; older releases use the click package
@@ -41,7 +42,9 @@ err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False, width=
 def styled(label: str, style: str, rest: str) -> Text:
     return Text.assemble((label, style), " ", rest)
 
-IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="index directory [env FUNNEL_INDEX]")]
+IndexOpt = Annotated[
+    Optional[str], typer.Option("--index", help="index directory or postgresql:// URL [env FUNNEL_INDEX]")
+]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help="minilm | minilm-fp32 | hashing | DIR | st:NAME")]
 KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
 PolicyOpt = Annotated[Optional[str], typer.Option(help="none | replace | guaranteed_slots | rrf")]
@@ -97,7 +100,7 @@ def ingest(
     out.print(
         f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
         f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "
-        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {settings.index}",
+        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
         highlight=False,
     )
     if report.problems:

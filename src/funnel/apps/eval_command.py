@@ -11,6 +11,7 @@ from rich.table import Table
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import Settings
 from funnel.errors import ConfigError, missing_dependency
+from funnel.index import location_label
 
 
 def _require_eval_extra() -> None:
@@ -62,7 +63,7 @@ def run_eval_command(
     for problem in ingest.problems:
         err_console.print(f"[yellow]skipped[/yellow] {problem}", highlight=False)
     err_console.print(
-        f"index {settings.index}: {ingest.chunks} chunks embedded now, {ingest.unchanged} documents unchanged",
+        f"index {location_label(settings.index)}: {ingest.chunks} chunks embedded now, {ingest.unchanged} documents unchanged",
         highlight=False,
     )
     scores = report.score(run, baseline)

@@ -7,7 +7,8 @@ from funnel.embed import DEFAULT, load_embedder, spec_for
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError
 from funnel.generate.base import Generator
-from funnel.index.lance import LanceStore
+from funnel.index import open_store
+from funnel.index.base import Store
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
 from funnel.rerank.http import HttpReranker, RerankApi
@@ -77,14 +78,15 @@ def build_chat(settings: Settings):
                       completion_prompt=settings.llm_completion)
 
 
-def _index_embedder(store: LanceStore) -> str:
+def _index_embedder(store: Store) -> str:
     """With no embedder asked for, use the one the index was built with (else the default)."""
     info = store.info()
     if info is None:
         return DEFAULT
     spec = spec_for(info.embedder)
     if spec is None:
-        raise ConfigError(f"{store.path} was built with embedder {info.embedder}; name it with --embedder")
+        where = getattr(store, "path", store)  # LanceStore: its directory; PgStore: its URL without password
+        raise ConfigError(f"{where} was built with embedder {info.embedder}; name it with --embedder")
     return spec
 
 
@@ -121,7 +123,7 @@ def build_generator(chat, embedder: Embedder) -> Generator:
 
 def build_pipeline(settings: Settings) -> Pipeline:
     config = search_config(settings)
-    store = LanceStore(settings.index)
+    store = open_store(settings.index)
     embedder = load_embedder(settings.embedder or _index_embedder(store), settings.threads)
     return Pipeline(
         store=store,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from funnel.errors import ConfigError
@@ -16,7 +16,8 @@ from funnel.retrieve.first_stage import Retrieval
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml")
 
-    index: Path = Field(Path(".funnel"), description="index directory")
+    # A string, not a Path: a postgresql:// URL must keep its double slash.
+    index: str = Field(".funnel", description="index directory or postgresql:// URL")
     embedder: str | None = Field(
         None, description="minilm | minilm-fp32 | hashing | model dir | st:NAME (default: the index's, else minilm)"
     )
@@ -54,6 +55,11 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(
         default_factory=list, description='serve: origins allowed by CORS, e.g. ["http://localhost:5173"]'
     )
+
+    @field_validator("index", mode="before")
+    @classmethod
+    def _index_text(cls, value):
+        return str(value) if isinstance(value, Path) else value  # open_store mends a URL a Path folded
 
     @classmethod
     def settings_customise_sources(

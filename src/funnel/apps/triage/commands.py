@@ -15,6 +15,7 @@ from funnel.apps.triage.incidents import IncidentStore
 from funnel.apps.triage.schema import MAX_TRACE_CHARS, ErrorReport
 from funnel.apps.triage.service import TriageOutcome
 from funnel.errors import ConfigError
+from funnel.index import location_label
 
 # Read at most this much of a trace file or stdin; parse_trace keeps its head and tail anyway.
 MAX_READ_BYTES = 4 * MAX_TRACE_CHARS
@@ -43,7 +44,7 @@ def ingest_repo(settings: Settings, err: Console) -> None:
     from funnel.apps.factory import build_pipeline
 
     report = build_pipeline(settings).ingest([settings.repo])
-    err.print(f"index {settings.index}: {report.added} added, {report.updated} updated, {report.unchanged} "
+    err.print(f"index {location_label(settings.index)}: {report.added} added, {report.updated} updated, {report.unchanged} "
               f"unchanged, {report.removed} removed")
     for problem in report.problems[:5]:
         err.print(f"skipped {problem}")
