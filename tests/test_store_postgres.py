@@ -21,7 +21,7 @@ psycopg = pytest.importorskip("psycopg")
 
 from funnel.errors import BackendUnavailable, ConfigError, StoreError  # noqa: E402
 from funnel.index import open_store  # noqa: E402
-from funnel.index import postgres  # noqa: E402
+from funnel.index import postgres_tables  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
 from funnel.index.bm25_text import Analyzer, idf, score, term_weight  # noqa: E402
 from funnel.index.lance import LanceStore, lexical_text  # noqa: E402
@@ -142,7 +142,7 @@ class TestPgStore(StoreContract):
         assert postings == len(expected)
 
     def test_filtered_dense_search_fills_n_through_the_hnsw_index(self, pg_dsn, monkeypatch):
-        monkeypatch.setattr(postgres, "ANN_MIN_ROWS", 100)
+        monkeypatch.setattr(postgres_tables, "ANN_MIN_ROWS", 100)
         rng = np.random.default_rng(0)
         chunks = [chunk(f"d{i}", 0, f"text {i}", kind="code" if i % 20 == 0 else "text") for i in range(400)]
         vectors = rng.normal(size=(400, EMB.dim)).astype(np.float32)
