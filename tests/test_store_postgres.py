@@ -377,3 +377,11 @@ def test_the_cli_ingests_into_and_answers_from_postgres(pg_dsn, tmp_path):
                          text=True, env=env, cwd=tmp_path, timeout=120)
     assert ask.returncode == 0, ask.stderr
     assert "Jane Roe" in ask.stdout and "[1]" in ask.stdout
+
+
+def test_a_nul_character_does_not_fail_the_ingest(pg_dsn):
+    store = PgStore(pg_dsn)
+    _write(store, [chunk("nul", 0, "before\x00after the NUL byte")])
+    [got] = store.get_chunks("nul")
+    assert got.text == "before\ufffdafter the NUL byte"
+    assert store.search_lexical("NUL byte", 1)[0].chunk.doc_id == "nul"

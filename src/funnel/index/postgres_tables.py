@@ -28,6 +28,12 @@ _COPY_TYPES = [
 ]
 
 
+def _text(value: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL; a stray one (a PDF's extraction, a half-binary file) becomes U+FFFD
+    instead of failing the whole ingest."""
+    return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
+
+
 def create_tables(conn, t: dict[str, str], embedder: str, dim: int) -> None:
     """The tables of a new index and its meta row, inside the writer's transaction."""
     conn.execute(f"""
@@ -146,9 +152,9 @@ class PgTransaction:
             copy.set_types(_COPY_TYPES)
             for key, chunk, c, dl, vector in zip(keys, chunks, counts, lengths, vectors):
                 copy.write_row((
-                    key, chunk.chunk_id, chunk.doc_id, chunk.ordinal, chunk.text, chunk.path, chunk.title,
-                    chunk.kind, chunk.n_tokens, chunk.language, chunk.heading, chunk.page, chunk.line_start,
-                    chunk.line_end, chunk.section_kind.value, chunk.content_hash, dl,
+                    key, chunk.chunk_id, chunk.doc_id, chunk.ordinal, _text(chunk.text), chunk.path,
+                    _text(chunk.title), chunk.kind, chunk.n_tokens, chunk.language, _text(chunk.heading),
+                    chunk.page, chunk.line_start, chunk.line_end, chunk.section_kind.value, chunk.content_hash, dl,
                     [ids[term] for term in c], vector,
                 ))
         with conn.cursor().copy(
