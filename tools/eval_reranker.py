@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -148,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         summary[name] = {v: e.get("ndcg@10") for v, e in results["variants"].items()}
         summary[name]["rerank_p50_ms"] = results["latency_ms"]["rerank"]["p50"]
     if args.latency:
-        index_dir = indexes.get("scifact") or Path(
-            os.environ.get("FUNNEL_EVAL_CACHE", Path.home() / ".cache" / "funnel" / "eval")) / "scifact-minilm"
+        from funnel.eval.suite import default_index_dir, open_suite
+
+        index_dir = indexes.get("scifact") or default_index_dir(open_suite(SETS["scifact"][0], "test", "auto"), "minilm")
         summary["latency"] = latency(reranker, index_dir, args.latency_queries)
         print(f"\nlatency: {json.dumps(summary['latency'])}")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
