@@ -20,7 +20,7 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 
 from funnel.errors import BackendUnavailable, ConfigError, StoreError  # noqa: E402
-from funnel.index import open_store  # noqa: E402
+from funnel.index import location_label, open_store  # noqa: E402
 from funnel.index import postgres_tables  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
 from funnel.index.bm25_text import Analyzer, idf, score, term_weight  # noqa: E402
@@ -139,7 +139,7 @@ class TestPgStore(StoreContract):
         for text in ["cats again, and a CatService", CORPUS[3].text]:
             expected.update(set(Analyzer().terms(lexical_text(text))))
         assert df == dict(expected)  # deleted documents' terms are gone, df counts the survivors
-        assert postings == len(expected)
+        assert postings == sum(expected.values())  # one posting per (term, surviving chunk)
 
     def test_filtered_dense_search_fills_n_through_the_hnsw_index(self, pg_dsn, monkeypatch):
         monkeypatch.setattr(postgres_tables, "ANN_MIN_ROWS", 100)
@@ -337,8 +337,18 @@ def test_open_store_dispatch(tmp_path, monkeypatch):
     mangled = open_store(Path("postgres://me@db.example/funnel"))
     assert isinstance(mangled, PgStore) and mangled.prefix == "funnel"
     assert mangled._dsn == "postgres://me@db.example/funnel"
+    # Other parameters pass through as written: libpq decodes %20, not the + a re-encoding would make.
+    store = open_store("postgresql://me@db.example/funnel?options=-c%20search_path%3Dt1&funnel_table=x")
+    assert store._dsn == "postgresql://me@db.example/funnel?options=-c%20search_path%3Dt1"
+    local = open_store("postgresql:///funnel")  # libpq's form for the local socket: no host
+    assert isinstance(local, PgStore) and local._dsn == "postgresql:///funnel"
     with pytest.raises(ConfigError, match="prefix"):
         open_store("postgresql://db.example/funnel?funnel_table=Robert');DROP")
+    with pytest.raises(ConfigError) as e:  # libpq would quote the undecodable part: the password
+        open_store("postgresql://me:50%off@db.example/funnel")
+    assert "50%off" not in str(e.value)
+    assert location_label("postgresql://me:pw@h/db?password=pw2&sslmode=require") == (
+        "postgresql://me:***@h/db?password=***&sslmode=require")
     monkeypatch.setitem(__import__("sys").modules, "psycopg", None)
     with pytest.raises(BackendUnavailable, match=r"pip install 'funnel\[postgres\]'"):
         open_store("postgresql://db.example/funnel")
@@ -385,3 +395,28 @@ def test_a_nul_character_does_not_fail_the_ingest(pg_dsn):
     [got] = store.get_chunks("nul")
     assert got.text == "before\ufffdafter the NUL byte"
     assert store.search_lexical("NUL byte", 1)[0].chunk.doc_id == "nul"
+
+
+def test_threads_search_one_store_at_once(pg_dsn):
+    """A server's threads share one PgStore (its connection and its stemmer cache)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = PgStore(pg_dsn)
+    words = ["running", "generously", "organizational", "hopefully", "universities", "caresses", "ponies"]
+    _write(store, [chunk(f"w{i}", 0, f"{w} and more {w}") for i, w in enumerate(words)])
+    fresh = PgStore(pg_dsn)  # an empty stemmer cache, so the threads stem at the same time
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: fresh.search_lexical(words[i % len(words)], 1), range(200)))
+    assert [r[0].chunk.doc_id for r in results] == [f"w{i % len(words)}" for i in range(200)]
+
+
+def test_adding_and_deleting_in_one_transaction_leaves_exact_statistics(pg_dsn):
+    store = PgStore(pg_dsn)
+    _write(store, CORPUS[:2])
+    with store.transaction(EMB.name, EMB.dim) as tx:
+        tx.add([chunk("z", 0, "zebras graze")], EMB.embed(["zebras graze"]))
+        tx.delete_documents({"z", "a"})
+    assert store.info().chunks == 0 and store.search_lexical("zebras cats", 5) == []
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM funnel_terms").fetchone()[0] == 0
+        assert conn.execute("SELECT bm25_docs, bm25_tokens FROM funnel_meta").fetchone() == (0, 0)

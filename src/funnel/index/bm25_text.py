@@ -18,6 +18,8 @@ bench/bm25_agreement.py hold the evidence).
 
 from __future__ import annotations
 
+import threading
+
 import math
 import re
 import unicodedata
@@ -89,13 +91,17 @@ class Analyzer:
             from snowballstemmer.english_stemmer import EnglishStemmer
         except ImportError:
             raise missing_dependency("BM25 outside LanceDB", "snowballstemmer", "postgres") from None
-        self._stem = EnglishStemmer().stemWord
-        self._seen: dict[str, str | None] = {}
+        self._stemmer = EnglishStemmer
+        self._local = threading.local()  # the stemmer keeps its state on the object: one per thread
+        self._seen: dict[str, str | None] = {}  # a dict's get/set are atomic: safe to share
 
     def _term(self, word: str) -> str | None:
         if len(word) * 4 >= MAX_TOKEN_BYTES and len(word.encode("utf-8")) >= MAX_TOKEN_BYTES:
             return None
-        stemmed = self._stem(_lower(word))
+        stemmer = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            stemmer = self._local.stemmer = self._stemmer()
+        stemmed = stemmer.stemWord(_lower(word))
         return None if stemmed in STOP_WORDS else _fold(stemmed)
 
     def terms(self, text: str) -> list[str]:

@@ -87,8 +87,10 @@ class PgStore:
         psycopg = _psycopg()
         try:
             params = psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as e:
-            raise ConfigError(f"not a PostgreSQL connection string: {_first_line(e, None)}") from None
+        except psycopg.ProgrammingError:
+            # libpq quotes the part it could not parse, which may be the password: say no more than this.
+            raise ConfigError("not a PostgreSQL connection string (check its quoting: a % in a password "
+                              "must be written %25)") from None
         self._dsn = dsn
         self._password = params.get("password") or None
         host = params.get("host") or "localhost"
@@ -102,6 +104,7 @@ class PgStore:
         self._exists = False
         self._lock = threading.Lock()
         self._analyzer: Analyzer | None = None
+        self._pgvector: tuple[int, ...] | None = None
 
     def __str__(self) -> str:
         return self._label
@@ -138,9 +141,18 @@ class PgStore:
                 self._conn.close()
                 raise StoreError(f"lost the connection to PostgreSQL at {self._where_to}: "
                                  f"{_first_line(e, self._password)}") from None
-            except psycopg.Error as e:
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as e:
                 raise StoreError(f"{self}: the index is damaged ({_first_line(e, self._password)}); "
                                  "ingest into a new index") from None
+            except psycopg.Error as e:  # permissions, a bad vector, a server setting: say what it said
+                raise StoreError(f"{self}: {_first_line(e, self._password)}") from None
+
+    def _iterative_scan(self, conn) -> bool:
+        """Whether pgvector is 0.8 or later (hnsw.iterative_scan); asked once per store."""
+        if self._pgvector is None:
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            self._pgvector = tuple(int(p) for p in re.findall(r"\d+", row[0])[:2]) if row else (0, 0)
+        return self._pgvector >= (0, 8)
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -195,16 +207,20 @@ class PgStore:
         with self._reading() as conn:
             if conn is None:
                 return []
+            sql = (f"SELECT {_SELECT}, c.embedding <=> %s::vector AS distance FROM {self._t['chunks']} c"
+                   f" WHERE {where} ORDER BY distance LIMIT %s")
             with conn.transaction():
-                # The HNSW scan (when there is one) keeps going until the filter has let n rows through;
-                # relaxed order, so the rows are sorted again below.
+                # The HNSW scan (when there is one) keeps going until the filter has let n rows through
+                # (pgvector 0.8's iterative scan); relaxed order, so the rows are sorted again below.
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(min(max(40, n), 1000))])
-                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-                rows = conn.execute(
-                    f"SELECT {_SELECT}, c.embedding <=> %s::vector AS distance FROM {self._t['chunks']} c"
-                    f" WHERE {where} ORDER BY distance LIMIT %s",
-                    [literal, *params, n],
-                ).fetchall()
+                if self._iterative_scan(conn):
+                    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                rows = conn.execute(sql, [literal, *params, n]).fetchall()
+                if params and len(rows) < n:
+                    # The scan gave up (hnsw.max_scan_tuples) before the filter let n rows through: an
+                    # exact scan of the rows that pass returns what LanceStore's prefilter would.
+                    conn.execute("SET LOCAL enable_indexscan = off")
+                    rows = conn.execute(sql, [literal, *params, n]).fetchall()
         rows.sort(key=lambda r: r[-1])
         return [ScoredChunk(_row_to_chunk(r[:-1]), 1.0 - float(r[-1])) for r in rows]
 
@@ -216,7 +232,7 @@ class PgStore:
         if not counts:
             return []
         where, params = _where(filter, "f")
-        join = f"JOIN {self._t['chunks']} f ON f.chunk_key = p.chunk_key AND {where}" if filter else ""
+        join = f"JOIN {self._t['chunks']} f ON f.chunk_key = p.chunk_key AND {where}" if params else ""
         t = self._t
         # One statement: idf from df and N, BM25 per posting, summed per chunk, best n, then their rows.
         # The query's terms are materialised first (a handful of rows), so the postings are read through

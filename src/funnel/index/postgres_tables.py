@@ -14,6 +14,8 @@ from funnel.types import Chunk
 FORMAT = 1
 # Below this many chunks an exact scan beats an ANN index on latency and recall (as in LanceStore).
 ANN_MIN_ROWS = 50_000
+# pgvector's HNSW indexes `vector` columns of at most this many dimensions; wider ones stay exact scans.
+HNSW_MAX_DIM = 2000
 # A commit that changes more than this share of the chunks refreshes the planner's statistics.
 ANALYZE_SHARE = 0.1
 
@@ -100,7 +102,8 @@ class PgTransaction:
             df AS (SELECT term_id, count(*)::int AS n FROM post GROUP BY term_id)
             SELECT count(*), count(DISTINCT doc_id), count(*) FILTER (WHERE lex_len > 0),
                    coalesce(sum(lex_len), 0),
-                   (SELECT array_agg(term_id) FROM df), (SELECT array_agg(n) FROM df)
+                   (SELECT array_agg(term_id ORDER BY term_id) FROM df),
+                   (SELECT array_agg(n ORDER BY term_id) FROM df)
             FROM gone""",
             [sorted(doc_ids)],
         ).fetchone()
@@ -114,14 +117,17 @@ class PgTransaction:
         unknown = sorted(terms - self._ids.keys())
         if unknown:
             t = self._t
-            self._conn.execute(
-                f"INSERT INTO {t['terms']} (term, df) SELECT unnest(%s::text[]), 0"
-                " ON CONFLICT (term) DO NOTHING",
-                [unknown],
-            )
+            # Existing terms first: an INSERT ... ON CONFLICT would use up an identity value per row even
+            # for terms that are already there.
             self._ids.update(self._conn.execute(
                 f"SELECT term, term_id FROM {t['terms']} WHERE term = ANY(%s)", [unknown]
             ).fetchall())
+            new = [term for term in unknown if term not in self._ids]
+            if new:
+                self._ids.update(self._conn.execute(
+                    f"INSERT INTO {t['terms']} (term, df) SELECT unnest(%s::text[]), 0 RETURNING term, term_id",
+                    [new],
+                ).fetchall())
         return self._ids
 
     def add(self, chunks: list[Chunk], vectors: np.ndarray) -> None:
@@ -183,14 +189,15 @@ class PgTransaction:
                 " WHERE t.term_id = c.term_id",
                 [[i for i, _ in changes], [n for _, n in changes]],
             )
-        if d["deleted"]:
-            conn.execute(f"DELETE FROM {t['terms']} WHERE df <= 0")
+        gone = sorted(i for i, n in self._df.items() if n <= 0)  # incl. terms added and deleted in here
+        if gone:
+            conn.execute(f"DELETE FROM {t['terms']} WHERE term_id = ANY(%s) AND df <= 0", [gone])
         total = conn.execute(
             f"UPDATE {t['meta']} SET version = version + 1, chunks = chunks + %s, documents = documents + %s,"
             " bm25_docs = bm25_docs + %s, bm25_tokens = bm25_tokens + %s RETURNING chunks",
             [d["chunks"], d["documents"], d["bm25_docs"], d["bm25_tokens"]],
         ).fetchone()[0]
-        if total >= ANN_MIN_ROWS and conn.execute(
+        if total >= ANN_MIN_ROWS and self._dim <= HNSW_MAX_DIM and conn.execute(
             "SELECT to_regclass(%s)", [f"{t['chunks']}_hnsw"]
         ).fetchone()[0] is None:
             # Built once, on the loaded rows (much faster than growing it row by row); later inserts
