@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from scale_backends import percentiles, start_local_postgres  # noqa: E402
+from scale_backends import print_latencies, start_local_postgres  # noqa: E402
 
 from funnel.index.lance import LanceStore  # noqa: E402
 from funnel.index.postgres import PgStore  # noqa: E402
@@ -109,11 +109,7 @@ def main() -> None:
     print(f"identical top-10 order: {same_top10 / len(queries):.3f} of queries; score difference on shared hits: "
           f"median {statistics.median(rel_diffs):.1e}, max {max(rel_diffs):.1e} (relative)")
     print(f"build: lance {lance_build:.1f}s, postgres {pg_build:.1f}s")
-    print("| backend | p50 ms | p95 ms |")
-    print("|---|---|---|")
-    for name, ms in (("lance", lance_ms), ("postgres", pg_ms)):
-        p50, p95 = percentiles(ms)
-        print(f"| {name} | {p50:.1f} | {p95:.1f} |")
+    print_latencies([("lance", lance_ms), ("postgres", pg_ms)], "backend")
 
 
 if __name__ == "__main__":

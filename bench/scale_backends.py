@@ -81,6 +81,15 @@ def percentiles(ms: list[float]) -> tuple[float, float]:
     return statistics.median(ms), ms[int(0.95 * (len(ms) - 1))]
 
 
+def print_latencies(rows: list[tuple[str, list[float]]], label: str = "search") -> None:
+    """A markdown table of p50/p95 milliseconds, one row per (name, timings)."""
+    print(f"| {label} | p50 ms | p95 ms |")
+    print("|---|---|---|")
+    for name, ms in rows:
+        p50, p95 = percentiles(ms)
+        print(f"| {name} | {p50:.1f} | {p95:.1f} |")
+
+
 def build(store, texts: list[str], rng: np.random.Generator) -> float:
     started = time.perf_counter()
     with store.transaction(f"random-{DIM}", DIM) as tx:
@@ -185,11 +194,7 @@ def main() -> None:
     ann = "HNSW" if args.chunks >= 50_000 else "exact scan"
     print(f"# {args.backend}, {args.chunks} chunks ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores): "
           f"build {build_s:.1f}s{extra}; disk {disk / 2**20:.0f} MB; dense = {ann}, random query vectors")
-    print("| search (n=50) | p50 ms | p95 ms |")
-    print("|---|---|---|")
-    for name, ms in (("lexical (BM25)", lexical), ("dense", dense)):
-        p50, p95 = percentiles(ms)
-        print(f"| {name} | {p50:.1f} | {p95:.1f} |")
+    print_latencies([("lexical (BM25)", lexical), ("dense", dense)], "search (n=50)")
 
 
 if __name__ == "__main__":
