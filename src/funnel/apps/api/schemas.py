@@ -55,11 +55,11 @@ class DocumentOut(BaseModel):
         )
 
 
-class ChunkOut(BaseModel):
+class ChunkPlace(BaseModel):
+    """Which chunk, and where it is: the fields a chunk and a search hit share."""
+
     chunk_id: str
     document_id: str
-    ordinal: int
-    text: str
     path: str
     title: str
     heading: str | None
@@ -68,13 +68,22 @@ class ChunkOut(BaseModel):
     line_end: int | None
     location: str
 
+    @staticmethod
+    def fields_of(chunk: Chunk) -> dict:
+        return dict(
+            chunk_id=chunk.chunk_id, document_id=chunk.doc_id, path=chunk.path, title=chunk.title,
+            heading=chunk.heading, page=chunk.page, line_start=chunk.line_start, line_end=chunk.line_end,
+            location=chunk.location,
+        )
+
+
+class ChunkOut(ChunkPlace):
+    ordinal: int
+    text: str
+
     @classmethod
     def of(cls, chunk: Chunk) -> ChunkOut:
-        return cls(
-            chunk_id=chunk.chunk_id, document_id=chunk.doc_id, ordinal=chunk.ordinal, text=chunk.text,
-            path=chunk.path, title=chunk.title, heading=chunk.heading, page=chunk.page,
-            line_start=chunk.line_start, line_end=chunk.line_end, location=chunk.location,
-        )
+        return cls(**ChunkPlace.fields_of(chunk), ordinal=chunk.ordinal, text=chunk.text)
 
 
 # --- search ------------------------------------------------------------------------------------------------
@@ -87,18 +96,9 @@ class SearchRequest(BaseModel):
     explain: bool = Field(False, description="also list every candidate with its rank at every stage")
 
 
-class HitOut(BaseModel):
+class HitOut(ChunkPlace):
     """One chunk and its evidence from every stage (ranks are 1-based; null = not returned by that stage)."""
 
-    chunk_id: str
-    document_id: str
-    path: str
-    title: str
-    heading: str | None
-    page: int | None
-    line_start: int | None
-    line_end: int | None
-    location: str
     text: str | None = None
     bm25_rank: int | None
     dense_rank: int | None
@@ -111,9 +111,7 @@ class HitOut(BaseModel):
     def of(cls, hit: Hit, with_text: bool = True) -> HitOut:
         c, chunk = hit.candidate, hit.chunk
         return cls(
-            chunk_id=chunk.chunk_id, document_id=chunk.doc_id, path=chunk.path, title=chunk.title,
-            heading=chunk.heading, page=chunk.page, line_start=chunk.line_start, line_end=chunk.line_end,
-            location=chunk.location, text=chunk.text if with_text else None, bm25_rank=c.bm25_rank,
+            **ChunkPlace.fields_of(chunk), text=chunk.text if with_text else None, bm25_rank=c.bm25_rank,
             dense_rank=c.dense_rank, fused_rank=c.fused_rank, rerank_score=hit.rerank_score,
             final_rank=hit.final_rank, guaranteed=hit.guaranteed,
         )
