@@ -92,7 +92,7 @@ def test_search_explains_every_stage(api):
     response = client.post("/v1/collections/default/search", json={"query": CEO_QUESTION, "k": 3, "explain": True})
     assert response.status_code == 200
     body = response.json()
-    assert body["rerank_status"] == "skipped" and body["rerank_reason"] and body["policy"] == "guaranteed_slots"
+    assert body["rerank_status"] == "skipped" and body["rerank_reason"] and body["policy"] == "auto: first_stage"
     assert set(body["timings_ms"]) == {"first_stage", "rerank", "group"}
     assert len(body["results"]) == 3
     top = body["results"][0]

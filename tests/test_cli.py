@@ -145,3 +145,47 @@ def test_ask_with_an_llm_that_is_down_answers_extractively_and_says_why(tmp_path
     data = json.loads(result.stdout)
     assert data["generator"] == "extractive" and "cannot reach" in data["fallback_reason"]
     assert "Iris Kallas" in data["answer"]
+
+
+# --- calibration ------------------------------------------------------------------------------------------
+
+def _many_docs(root, n=30):
+    words = ("river mountain forest desert ocean valley canyon glacier meadow island harbor bridge tower "
+             "engine turbine piston valve gasket rotor stator bearing spindle gear lever pulley spring").split()
+    root.mkdir()
+    for i in range(n):
+        sentences = [" ".join(words[(i * 7 + j * 3 + k) % len(words)] for k in range(9)).capitalize() + "."
+                     for j in range(5)]
+        (root / f"doc{i:02d}.md").write_text(f"# Notes on item number {i} of the series\n\n" + " ".join(sentences))
+    return root
+
+
+def test_ingest_calibrates_and_search_explains_the_choice(tmp_path):
+    docs = _many_docs(tmp_path / "many")
+    env = {"FUNNEL_RERANKER": "lexical"}
+    ingest = funnel("ingest", str(docs), cwd=tmp_path, env=env)
+    no_traceback(ingest)
+    assert ingest.returncode == 0, ingest.stderr
+    assert "calibrated (" in ingest.stdout and "second stage" in ingest.stdout
+    stored = json.loads((tmp_path / ".funnel" / "funnel_calibration.json").read_text())
+    assert stored["reranker"] == "lexical" and stored["queries"] >= 20
+    explained = funnel("search", "turbine piston valve", "--explain", cwd=tmp_path, env=env)
+    assert explained.returncode == 0 and "calibration (" in explained.stdout
+    assert "policy auto: " in explained.stderr
+    unchanged = funnel("ingest", str(docs), cwd=tmp_path, env=env)  # nothing changed: no recalibration
+    assert "calibrated" not in unchanged.stdout
+    other = funnel("search", "turbine", "--explain", "--reranker", "none", cwd=tmp_path)
+    assert "no reranker configured" in other.stderr
+
+    again = funnel("calibrate", "--json", "--queries", "25", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    body = json.loads(again.stdout[again.stdout.index("{"):])
+    assert body["queries"] == 25 and body["policy"] in ("none", "rrf", "replace", "guaranteed_slots")
+
+
+def test_calibrate_errors_are_one_line(tmp_path):
+    empty = funnel("calibrate", "--reranker", "lexical", cwd=tmp_path)
+    no_traceback(empty)
+    assert empty.returncode == 5 and "run `funnel ingest PATH` first" in empty.stderr
+    none = funnel("calibrate", "--reranker", "none", cwd=tmp_path)
+    assert none.returncode == 2 and "nothing to calibrate" in none.stderr

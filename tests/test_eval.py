@@ -381,7 +381,10 @@ def test_variant_specs_parse():
     assert (v.name, v.retrieval, v.policy, v.reranks) == (
         "hybrid+rerank(guaranteed_slots)", Retrieval.HYBRID, RerankPolicy.GUARANTEED_SLOTS, True)
     assert (Variant.parse("bm25").retrieval, Variant.parse("bm25").reranks) == (Retrieval.BM25, False)
-    assert [v.name for v in parse_variants(DEFAULT)] == ["bm25", "dense", "hybrid", *RERANK_VARIANTS]
+    assert [v.name for v in parse_variants(DEFAULT)] == ["bm25", "dense", "hybrid", *RERANK_VARIANTS, "default"]
+    weighted = Variant.parse("hybrid+rerank(rrf:0.25)")
+    assert (weighted.policy, weighted.weight, weighted.reranks) == (RerankPolicy.RRF, 0.25, True)
+    assert Variant.parse("default").is_default and not Variant.parse("default").reranks
     assert [v.name for v in parse_variants("dense, bm25+rerank(rrf),")] == ["dense", "bm25+rerank(rrf)"]
 
 
@@ -433,7 +436,7 @@ def beir_suite(tmp_path):
 def test_every_variant_is_evaluated_and_rerank_variants_skip_without_a_reranker(beir_suite):
     suite, pipeline = beir_suite
     run = run_eval(pipeline(), suite.evalset, parse_variants(DEFAULT), depth=10)
-    for name in ("bm25", "dense", "hybrid"):
+    for name in ("bm25", "dense", "hybrid", "default"):
         vr = run.variants[name]
         assert not vr.skipped_reason and set(vr.rankings) == set(QUERIES)
         assert all(set(r) <= set(CORPUS) and len(r) == len(set(r)) for r in vr.rankings.values())
@@ -444,7 +447,9 @@ def test_every_variant_is_evaluated_and_rerank_variants_skip_without_a_reranker(
     assert run.reranker == "none" and all(len(v) == 4 for v in run.latency_ms.values())
     scores = report.score(run, "hybrid")
     results = report.results_json(scores, report.gate(scores))
-    assert set(scores.values) == {"bm25", "dense", "hybrid"} and set(scores.comparisons) == {"bm25", "dense"}
+    assert set(scores.values) == {"bm25", "dense", "hybrid", "default"}
+    assert set(scores.comparisons) == {"bm25", "dense", "default"}
+    assert run.variants["default"].rankings == run.variants["hybrid"].rankings  # no reranker: the first stage
     assert all(results["variants"][n]["skipped"] == "no reranker configured" for n in RERANK_VARIANTS)
     # A gate asked to vouch for rerank variants that never ran must not pass.
     assert not results["gate"]["passed"]
@@ -605,7 +610,7 @@ def no_traceback(result):
 
 def test_cli_eval_writes_results_report_and_plot(tmp_path):
     write_beir(tmp_path / "tiny")
-    result = funnel("eval", "--dataset", "tiny", "--out", "out", cwd=tmp_path)
+    result = funnel("eval", "--dataset", "tiny", "--out", "out", "--reranker", "none", cwd=tmp_path)
     no_traceback(result)
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -616,7 +621,7 @@ def test_cli_eval_writes_results_report_and_plot(tmp_path):
         assert set(results["per_query"][name]) == set(QUERIES)
     assert results["per_query"]["bm25"]["q1"]["first_relevant_rank"] == 1
     assert all(results["variants"][n]["skipped"] == "no reranker configured" for n in RERANK_VARIANTS)
-    assert set(results["comparisons"]) == {"bm25", "dense"}
+    assert set(results["comparisons"]) == {"bm25", "dense", "default"}
     assert "| hybrid |" in (tmp_path / "out" / "report.md").read_text()
     assert (tmp_path / "out" / "metrics.png").read_bytes().startswith(b"\x89PNG")
     assert (tmp_path / "cache").is_dir()  # the index went to FUNNEL_EVAL_CACHE

@@ -358,8 +358,9 @@ def test_model_and_key_from_settings_and_environment(monkeypatch):
     monkeypatch.setenv("FUNNEL_RERANK_API_KEY", "sk-from-env")
     settings = Settings(reranker="cohere:https://api.example.test", rerank_model="rerank-v3.5")
     assert "sk-from-env" not in repr(settings)
-    reranker = reranker_from_settings(settings)
-    assert isinstance(reranker, HttpReranker) and reranker.model == "rerank-v3.5"
+    cached = reranker_from_settings(settings)
+    reranker = cached.inner  # behind the score cache
+    assert isinstance(reranker, HttpReranker) and reranker.model == "rerank-v3.5" and cached.name == reranker.name
     assert reranker.timeout_s == settings.rerank_timeout_s
     assert "sk-from-env" not in repr(reranker) + reranker.name
 

@@ -103,6 +103,27 @@ class StoreContract:
                 pass
 
 
+    def test_vectors_come_back_in_the_asked_order(self, store):
+        _write(store, CORPUS)
+        ids = ["c#0", "a#0", "b#0"]
+        got = store.vectors(ids)
+        expected = EMB.embed([next(c.text for c in CORPUS if c.chunk_id == i) for i in ids])
+        assert got.shape == (3, EMB.dim) and np.allclose(got, expected, atol=1e-6)
+        with pytest.raises(StoreError, match="no chunk 'zz#0'"):
+            store.vectors(["a#0", "zz#0"])
+
+    def test_calibration_is_stored_with_the_index(self, store):
+        assert store.read_calibration() is None
+        with pytest.raises(StoreError, match="ingest before calibrating"):
+            store.write_calibration({"format": 1})
+        _write(store, CORPUS)
+        store.write_calibration({"format": 1, "policy": "rrf", "weight": 0.5})
+        store.write_calibration({"format": 1, "policy": "none", "weight": 0.0})  # replaced, not appended
+        assert store.read_calibration() == {"format": 1, "policy": "none", "weight": 0.0}
+        _write(store, CORPUS[:1], delete={"b"})  # an ingest keeps it (`funnel ingest` recalibrates)
+        assert store.read_calibration()["policy"] == "none"
+
+
 class TestLanceStore(StoreContract):
     @pytest.fixture
     def store(self, tmp_path):

@@ -21,7 +21,8 @@ from funnel.embed import HashingEmbedder
 from funnel.errors import StoreError, UpstreamError
 from funnel.generate.chat import ChatReply, ToolCall
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline
+from funnel.pipeline import Pipeline, SearchConfig
+from funnel.rerank.policies import RerankPolicy
 
 SAMPLE_REPO = Path(__file__).parent.parent / "samples" / "repo"
 
@@ -313,8 +314,10 @@ def test_real_models_keep_the_raising_file_first(tmp_path_factory):
     from funnel.embed import load_embedder
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
+    # guaranteed_slots, as before calibration existed: the reranker runs on every trace.
     p = Pipeline(LanceStore(tmp_path_factory.mktemp("real")), load_embedder("minilm"),
-                 reranker=OnnxCrossEncoder(builtin_model_dir()))
+                 reranker=OnnxCrossEncoder(builtin_model_dir()),
+                 config=SearchConfig(policy=RerankPolicy.GUARANTEED_SLOTS))
     p.ingest([SAMPLE_REPO])
     locator = FileLocator(p, repo_root=SAMPLE_REPO)
     for scenario, raising in RAISING_FILE.items():

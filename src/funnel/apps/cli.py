@@ -77,11 +77,16 @@ def ingest(
     paths: Annotated[list[str], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+    calibrate: Annotated[
+        bool, typer.Option("--calibrate/--no-calibrate", help="measure the reranker on the new index afterwards")
+    ] = True,
 ) -> None:
-    """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index."""
+    """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index.
+    Then, when the index changed (or was never calibrated) and a reranker is configured, calibrate it."""
     if any(not p.strip() for p in paths):
         _fail(ConfigError("an empty path was given; name files or folders to ingest"))
-    settings = _settings(index=index, embedder=embedder)
+    settings = _settings(index=index, embedder=embedder, reranker=reranker)
     try:
         pipeline = build_pipeline(settings)
         with Progress(
@@ -103,8 +108,72 @@ def ingest(
         f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
         highlight=False,
     )
+    if calibrate and pipeline.reranker is not None and (report.added or report.updated or report.removed
+                                                        or pipeline.calibration_problem() is not None):
+        _calibrate(pipeline)
     if report.problems:
         raise typer.Exit(1)
+
+
+def _calibrate(pipeline, n_queries: int | None = None):
+    from funnel.calibrate import DEFAULT_QUERIES
+
+    try:
+        with Progress(
+            TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=err, transient=True, disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task("calibrate", total=None)
+            result = pipeline.calibrate(
+                n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total)
+            )
+    except KeyboardInterrupt:
+        err.print("interrupted: the previous calibration is kept")
+        raise typer.Exit(130) from None
+    except FunnelError as e:
+        _fail(e)
+    out.print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
+    return result
+
+
+@app.command(name="calibrate")
+def calibrate_(
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+    queries: Annotated[
+        Optional[int], typer.Option(help="test queries to make from the documents [default: 120]", min=1, max=5000)
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure whether the reranker helps on this index, with queries made from its own documents, and
+    store the choice (policy and weight) with the index; `--policy auto` (the default) then uses it."""
+    settings = _settings(index=index, embedder=embedder, reranker=reranker)
+    try:
+        pipeline = build_pipeline(settings)
+        if pipeline.reranker is None:
+            raise ConfigError("no reranker is configured (reranker = none): there is nothing to calibrate")
+    except FunnelError as e:
+        _fail(e)
+    result = _calibrate(pipeline, queries)
+    if as_json:
+        out.print_json(json.dumps(result.to_json()))
+        return
+    _print_calibration(result)
+
+
+def _print_calibration(result) -> None:
+    table = Table(title=f"MRR@10 on {result.queries} queries made from the index", title_justify="left")
+    table.add_column("option")
+    kinds = sorted(result.mrr_by_kind)
+    for column in ("all", *kinds):
+        table.add_column(column, justify="right")
+    for name, value in result.mrr.items():
+        marker = " (chosen)" if name == result.option else ""
+        table.add_row(name + marker, f"{value:.4f}", *[f"{result.mrr_by_kind[k][name]:.4f}" for k in kinds])
+    out.print(table)
+    out.print(f"answer in the first-stage window: {result.window_recall:.0%} of the queries; "
+              f"reranker {result.reranker}, embedder {result.embedder}")
 
 
 @app.command()
@@ -122,7 +191,8 @@ def search(
     """Retrieve the top documents for a query."""
     settings = _settings(index=index, embedder=embedder, k=k, policy=policy, retrieval=retrieval, reranker=reranker)
     try:
-        result = build_pipeline(settings).search(query)
+        pipeline = build_pipeline(settings)
+        result = pipeline.search(query)
     except FunnelError as e:
         _fail(e)
     if as_json:
@@ -131,6 +201,7 @@ def search(
     _print_documents(result)
     if explain:
         _print_explain(result)
+        _print_calibration_note(pipeline)
 
 
 @app.command()
@@ -148,7 +219,8 @@ def ask(
     """Answer a question from the documents, with numbered citations."""
     settings = _settings(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker, llm=llm)
     try:
-        answer = build_pipeline(settings).ask(question)
+        pipeline = build_pipeline(settings)
+        answer = pipeline.ask(question)
     except FunnelError as e:
         _fail(e)
     if as_json:
@@ -157,6 +229,7 @@ def ask(
     _print_answer(answer)
     if explain and answer.search is not None:
         _print_explain(answer.search)
+        _print_calibration_note(pipeline)
 
 
 @app.command(name="eval")
@@ -345,6 +418,16 @@ def _print_explain(result: SearchResult) -> None:
             c.chunk.location,
         )
     out.print(table)
+
+
+def _print_calibration_note(pipeline) -> None:
+    """Under --explain: what the index's calibration chose and why (or why there is none)."""
+    problem = pipeline.calibration_problem()
+    if problem is not None:
+        out.print(f"calibration: {problem}")
+        return
+    c = pipeline.calibration()
+    out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): {c.option} — {c.reason}")
 
 
 def _print_answer(answer: Answer) -> None:

@@ -57,6 +57,11 @@ def run_eval_command(
                   console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         task = bar.add_task("index", total=None)
         ingest = build_index(pipeline, suite, lambda d, t: bar.update(task, completed=d, total=t))
+        calibration = None
+        if any(v.is_default for v in variants) and pipeline.reranker is not None and pipeline.calibration_problem():
+            # `default` is what `funnel search` does on this index, and `funnel ingest` calibrates.
+            bar.update(task, description="calibrate", completed=0, total=None)
+            calibration = pipeline.calibrate(progress=lambda d, t: bar.update(task, completed=d, total=t))
         bar.update(task, description="queries", completed=0, total=len(suite.evalset.queries))
         run = run_eval(pipeline, suite.evalset, variants, depth, pipeline.generator,
                        lambda d, t: bar.update(task, completed=d, total=t))
@@ -66,6 +71,9 @@ def run_eval_command(
         f"index {location_label(settings.index)}: {ingest.chunks} chunks embedded now, {ingest.unchanged} documents unchanged",
         highlight=False,
     )
+    if calibration is not None:
+        err_console.print(f"calibrated the index: second stage {calibration.option} — {calibration.reason}",
+                          highlight=False)
     scores = report.score(run, baseline)
     failures = report.gate(scores, max_hurt) if gate else []
     results = report.results_json(scores, failures)

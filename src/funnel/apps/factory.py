@@ -11,6 +11,7 @@ from funnel.index import open_store
 from funnel.index.base import Store
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
+from funnel.rerank.cache import CachedReranker
 from funnel.rerank.http import HttpReranker, RerankApi
 from funnel.rerank.lexical import LexicalReranker
 from funnel.retrieve.first_stage import FirstStageConfig
@@ -48,10 +49,13 @@ def build_reranker(
 
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
+    """The configured reranker behind a score cache (a pair's score depends on nothing else, so a repeated
+    query, `ask` after `search` or another eval variant never scores a pair twice)."""
     key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-    return build_reranker(
+    reranker = build_reranker(
         settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s
     )
+    return CachedReranker(reranker) if reranker is not None else None
 
 
 LLM_SPECS = ("none", "ollama:URL", "openai:URL")
@@ -102,6 +106,7 @@ def search_config(settings: Settings) -> SearchConfig:
             dense_weight=settings.dense_weight,
         ),
         policy=settings.policy,
+        rerank_weight=settings.rerank_weight,
         guaranteed=settings.guaranteed,
         rrf_k=settings.rrf_k,
         rerank_timeout_s=settings.rerank_timeout_s,

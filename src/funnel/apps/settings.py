@@ -30,12 +30,16 @@ class Settings(BaseSettings):
     bm25_weight: float = Field(1.0, ge=0)
     dense_weight: float = Field(1.0, ge=0)
     reranker: str = Field(
-        "none",
-        description="second-stage backend: none | lexical | ollama:URL | cohere:URL | tei:URL | infinity:URL",
+        "builtin",
+        description="second-stage backend: builtin | none | onnx:DIR | st:MODEL | lexical | "
+        "ollama:URL | cohere:URL | tei:URL | infinity:URL",
     )
     rerank_model: str | None = Field(None, description="model name sent to an HTTP rerank API")
     rerank_api_key: SecretStr | None = Field(None, description="bearer token for an HTTP rerank API")
-    policy: RerankPolicy = RerankPolicy.GUARANTEED_SLOTS
+    policy: RerankPolicy = Field(
+        RerankPolicy.AUTO, description="auto (the index's calibration) | none | replace | guaranteed_slots | rrf"
+    )
+    rerank_weight: float = Field(1.0, ge=0, description="the reranker's weight under policy rrf")
     guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")

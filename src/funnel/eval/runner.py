@@ -125,13 +125,19 @@ def run_eval(
         for v in active:
             head = windows[v.retrieval]
             status = RerankStatus.SKIPPED
-            if v.reranks:
+            if v.is_default:  # the product's own search, calibration and all
+                searched = pipeline.search(query)
+                head, head_hits, status = [h.candidate for h in searched.hits], list(searched.hits), searched.rerank_status
+                if status is RerankStatus.FALLBACK:
+                    runs[v.name].fallbacks[searched.rerank_reason] += 1
+            elif v.reranks:
                 result = reranked[v.retrieval]
                 status = result.status
                 if status is RerankStatus.OK:
                     by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
                     head_hits = apply_policy(
-                        v.policy, head, [by_id[c.chunk.chunk_id] for c in head], config.guaranteed, config.rrf_k
+                        v.policy, head, [by_id[c.chunk.chunk_id] for c in head], config.guaranteed, config.rrf_k,
+                        v.weight,
                     )
                 else:
                     runs[v.name].fallbacks[result.reason] += 1

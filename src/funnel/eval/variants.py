@@ -1,4 +1,5 @@
-"""Pipeline variants evaluated side by side: `{bm25|dense|hybrid}[+rerank(POLICY)]`."""
+"""Pipeline variants evaluated side by side: `{bm25|dense|hybrid}[+rerank(POLICY[:WEIGHT])]`, and `default`:
+exactly what `funnel search` returns with the settings and the index's calibration in force."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from funnel.rerank.policies import RerankPolicy
 from funnel.retrieve.first_stage import Retrieval
 
 DEFAULT = (
-    "bm25,dense,hybrid,hybrid+rerank(replace),hybrid+rerank(guaranteed_slots),hybrid+rerank(rrf)"
+    "bm25,dense,hybrid,hybrid+rerank(replace),hybrid+rerank(guaranteed_slots),hybrid+rerank(rrf),default"
 )
-_SPEC = re.compile(r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[a-z_]+)\))?$")
+DEFAULT_VARIANT = "default"
+_SPEC = re.compile(r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[a-z_]+)(?::(?P<weight>[0-9.]+))?\))?$")
 
 
 @dataclass(frozen=True)
@@ -20,23 +22,39 @@ class Variant:
     name: str
     retrieval: Retrieval
     policy: RerankPolicy  # NONE: first stage only
+    weight: float = 1.0  # the reranker's weight under rrf
 
     @property
     def reranks(self) -> bool:
-        return self.policy is not RerankPolicy.NONE
+        return self.policy is not RerankPolicy.NONE and not self.is_default
+
+    @property
+    def is_default(self) -> bool:
+        """`default` runs `Pipeline.search` itself: policy and weights come from the settings and calibration."""
+        return self.name == DEFAULT_VARIANT
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
         spec = spec.strip()
+        if spec == DEFAULT_VARIANT:
+            return cls(spec, Retrieval.HYBRID, RerankPolicy.NONE)
         match = _SPEC.match(spec)
         if not match:
             raise ConfigError(
                 f"bad variant {spec!r}; expected bm25, dense or hybrid, optionally +rerank(POLICY), "
-                f"e.g. hybrid+rerank(guaranteed_slots)"
+                f"e.g. hybrid+rerank(guaranteed_slots) or hybrid+rerank(rrf:0.5), or default"
             )
         retrieval = Retrieval.parse(match["base"])
         policy = RerankPolicy.parse(match["policy"]) if match["policy"] else RerankPolicy.NONE
-        return cls(spec, retrieval, policy)
+        weight = 1.0
+        if match["weight"] is not None:
+            if policy is not RerankPolicy.RRF:
+                raise ConfigError(f"bad variant {spec!r}: only rrf takes a weight, e.g. hybrid+rerank(rrf:0.5)")
+            try:
+                weight = float(match["weight"])
+            except ValueError:
+                raise ConfigError(f"bad variant {spec!r}: {match['weight']!r} is not a number") from None
+        return cls(spec, retrieval, policy, weight)
 
 
 def parse_variants(specs: str) -> list[Variant]:

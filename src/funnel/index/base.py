@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from funnel.errors import StoreError
 from funnel.types import Chunk
 
 
@@ -49,6 +50,14 @@ class IndexInfo:
     version: int
 
 
+def vectors_in_order(found: dict[str, np.ndarray], chunk_ids: list[str], where: object) -> np.ndarray:
+    """`Store.vectors`' answer from what a backend found: rows in the asked order, or a StoreError."""
+    missing = [c for c in chunk_ids if c not in found]
+    if missing:
+        raise StoreError(f"{where}: no chunk {missing[0]!r} in the index")
+    return np.stack([found[c] for c in chunk_ids]) if chunk_ids else np.zeros((0, 0), dtype=np.float32)
+
+
 class Transaction(Protocol):
     def delete_documents(self, doc_ids: set[str]) -> None: ...
 
@@ -72,4 +81,16 @@ class Store(Protocol):
 
     def outline(self, filter: Filter | None = None) -> list[OutlineEntry]: ...
 
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        """The stored vectors of these chunks, one row each in the given order (StoreError if one is missing)."""
+        ...
+
     def transaction(self, embedder: str, dim: int) -> AbstractContextManager[Transaction]: ...
+
+    def read_calibration(self) -> dict | None:
+        """The index's stored calibration (`funnel.calibrate.Calibration.to_json`), or None."""
+        ...
+
+    def write_calibration(self, data: dict) -> None:
+        """Replace the stored calibration atomically (a reader sees the old one or the new one)."""
+        ...

@@ -24,13 +24,14 @@ import numpy as np
 import pyarrow as pa
 
 from funnel.errors import ConfigError, StoreError
-from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk
+from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
 from funnel.types import Chunk, SectionKind
 
 log = logging.getLogger(__name__)
 
 TABLE = "chunks"
 STATE_FILE = "funnel_index.json"
+CALIBRATION_FILE = "funnel_calibration.json"
 LOCK_FILE = ".funnel.lock"
 FORMAT = 1
 # Below this many rows an exact scan beats an ANN index on latency and recall.
@@ -143,6 +144,22 @@ class LanceStore:
         self._state: dict | None = None
         self._lock = threading.Lock()  # one reload at a time when a server shares this store
 
+    # ---- calibration (funnel.calibrate): a JSON object beside the state, replaced atomically ----------
+
+    def read_calibration(self) -> dict | None:
+        try:
+            with open(self.path / CALIBRATION_FILE, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, json.JSONDecodeError) as e:
+            raise StoreError(f"{self.path}: unreadable calibration ({e}); run `funnel calibrate`") from e
+
+    def write_calibration(self, data: dict) -> None:
+        if self._read_state() is None:
+            raise StoreError(f"{self.path}: the index is empty; ingest before calibrating")
+        _write_json_atomically(self.path / CALIBRATION_FILE, data)
+
     # ---- reading -------------------------------------------------------------------------------
 
     def _read_state(self) -> dict | None:
@@ -205,6 +222,19 @@ class LanceStore:
             return []
         rows = _scan(table, _READ_COLUMNS, f"doc_id = {_sql_str(doc_id)}").to_pylist()
         return sorted((_row_to_chunk(r) for r in rows), key=lambda c: c.ordinal)
+
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        table = self._reader()
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(chunk_ids) if table is not None else 0, 500):
+            batch = chunk_ids[start : start + 500]
+            where = "chunk_id IN (" + ", ".join(_sql_str(c) for c in batch) + ")"
+            rows = _scan(table, ["chunk_id", "vector"], where)
+            ids = rows.column("chunk_id").to_pylist()
+            flat = rows.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            for chunk_id, vector in zip(ids, flat.reshape(len(ids), -1) if ids else []):
+                found[chunk_id] = vector.astype(np.float32)
+        return vectors_in_order(found, chunk_ids, self.path)
 
     def outline(self, filter: Filter | None = None) -> list[OutlineEntry]:
         table = self._reader()
@@ -360,14 +390,19 @@ class LanceStore:
         }
 
     def _write_state(self, state: dict) -> dict:
-        tmp = self.path / (STATE_FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path / STATE_FILE)
+        _write_json_atomically(self.path / STATE_FILE, state)
         self._table = None  # the next read reopens at the new version
         return state
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    """A reader sees the old file or the new one, never half of one (a kill mid-write leaves the old)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 class _LanceTransaction:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from funnel.errors import ConfigError, StoreError, missing_dependency
-from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk
+from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
 from funnel.index.bm25_text import K1, Analyzer, B, idf
 from funnel.index.lance import lexical_text
 from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables
@@ -111,7 +111,7 @@ class PgStore:
         self._where_to = f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
         self._label = f"postgresql://{user}{self._where_to} (tables {table_prefix}_*)"
         self.prefix = table_prefix
-        self._t = {name: f"{table_prefix}_{name}" for name in ("meta", "chunks", "terms", "postings")}
+        self._t = {name: f"{table_prefix}_{name}" for name in ("meta", "chunks", "terms", "postings", "calibration")}
         self._conn = None
         self._exists = False
         self._lock = threading.Lock()
@@ -166,6 +166,27 @@ class PgStore:
             self._pgvector = tuple(int(p) for p in re.findall(r"\d+", row[0])[:2]) if row else (0, 0)
         return self._pgvector >= (0, 8)
 
+    # ---- calibration (funnel.calibrate): one JSON row, created on first write ------------------------
+
+    def read_calibration(self) -> dict | None:
+        with self._reading() as conn:
+            if conn is None or conn.execute("SELECT to_regclass(%s)", [self._t["calibration"]]).fetchone()[0] is None:
+                return None
+            row = conn.execute(f"SELECT data FROM {self._t['calibration']}").fetchone()
+            return row[0] if row else None
+
+    def write_calibration(self, data: dict) -> None:
+        from psycopg.types.json import Jsonb
+
+        if self.info() is None:
+            raise StoreError(f"{self}: the index is empty; ingest before calibrating")
+        t = self._t["calibration"]
+        with self._connect() as conn, conn.transaction():
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {t} "
+                         "(one boolean PRIMARY KEY DEFAULT true CHECK (one), data jsonb NOT NULL)")
+            conn.execute(f"INSERT INTO {t} (data) VALUES (%s) ON CONFLICT (one) DO UPDATE SET data = EXCLUDED.data",
+                         [Jsonb(data)])
+
     # ---- reading -------------------------------------------------------------------------------
 
     def info(self) -> IndexInfo | None:
@@ -197,6 +218,14 @@ class PgStore:
                 [doc_id],
             ).fetchall()
         return [_row_to_chunk(r) for r in rows]
+
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        with self._reading() as conn:
+            rows = [] if conn is None else conn.execute(
+                f"SELECT chunk_id, embedding::real[] FROM {self._t['chunks']} WHERE chunk_id = ANY(%s)",
+                [list(chunk_ids)]
+            ).fetchall()
+        return vectors_in_order({c: np.asarray(v, dtype=np.float32) for c, v in rows}, chunk_ids, self)
 
     def outline(self, filter: Filter | None = None) -> list[OutlineEntry]:
         where, params = _where(filter)

@@ -6,7 +6,11 @@
   their first-stage order (so the passages an answer is built from are the ones the first stage chose);
   the reranker orders everything else (seed 001: a table row that hybrid ranks high survives a
   cross-encoder that scores it lowest).
-- `rrf`: reciprocal-rank fusion of the first-stage rank and the reranker rank.
+- `auto`: whatever the index's calibration chose (`funnel.calibrate`); resolved by the pipeline into one of
+  the others before any of them is applied.
+- `rrf`: reciprocal-rank fusion of the first-stage rank and the reranker rank; the reranker's rank carries
+  `weight` (1: equal say; 0: the first-stage order; the per-index calibration measures which weight a
+  corpus earns).
 
 On any reranker failure the result is the first-stage order, unchanged, with status FALLBACK and the
 reason: the fallback never re-scores or re-fuses.
@@ -34,6 +38,7 @@ class RerankPolicy(str, Enum):
     REPLACE = "replace"
     GUARANTEED_SLOTS = "guaranteed_slots"
     RRF = "rrf"
+    AUTO = "auto"
 
     @classmethod
     def parse(cls, value: str | RerankPolicy) -> RerankPolicy:
@@ -81,6 +86,7 @@ def second_stage(
     guaranteed: int = 2,
     rrf_k: float = 60.0,
     timeout_s: float | None = 30.0,
+    weight: float = 1.0,
 ) -> SecondStageResult:
     if policy is RerankPolicy.NONE or reranker is None or not candidates:
         reason = "policy none" if policy is RerankPolicy.NONE else "no reranker configured"
@@ -94,7 +100,7 @@ def second_stage(
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
     log.debug("rerank %d candidates in %.1f ms", len(candidates), 1000 * (time.perf_counter() - started))
-    hits = apply_policy(policy, candidates, scores, guaranteed, rrf_k)
+    hits = apply_policy(policy, candidates, scores, guaranteed, rrf_k, weight)
     return SecondStageResult(hits, RerankStatus.OK, truncated=result.truncated)
 
 
@@ -120,11 +126,18 @@ def _validated(result: RerankResult, n: int) -> list[float]:
 
 
 def apply_policy(
-    policy: RerankPolicy, candidates: list[Candidate], scores: list[float], guaranteed: int = 2, rrf_k: float = 60.0
+    policy: RerankPolicy,
+    candidates: list[Candidate],
+    scores: list[float],
+    guaranteed: int = 2,
+    rrf_k: float = 60.0,
+    weight: float = 1.0,
 ) -> list[Hit]:
     """The final order of `candidates` (first-stage order) given one reranker score per candidate."""
     if policy is RerankPolicy.NONE:
         return identity(candidates)
+    if policy is RerankPolicy.AUTO:
+        raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
     by_score = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
     rerank_rank = {i: r for r, i in enumerate(by_score, start=1)}
 
@@ -137,7 +150,7 @@ def apply_policy(
         order = sorted(kept) + [i for i in by_score if i not in kept]
         final = {i: scores[i] for i in order}
     elif policy is RerankPolicy.RRF:
-        fused = rrf([list(range(len(candidates))), by_score], k=rrf_k)
+        fused = rrf([list(range(len(candidates))), by_score], k=rrf_k, weights=[1.0, weight])
         order = [i for i, _ in fused]
         final = dict(fused)
     else:  # pragma: no cover - every policy is handled above

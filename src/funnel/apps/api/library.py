@@ -88,6 +88,25 @@ class LazyEmbedder:
         return getattr(self._embedder, name)
 
 
+def calibration_summary(store, reranker: Reranker | None) -> dict:
+    """What `auto` does on an index with this reranker and why, from the stored calibration only (no model is
+    loaded, so /health stays cheap)."""
+    from funnel.calibrate import Calibration
+
+    try:
+        data = store.read_calibration()
+        c = Calibration.from_json(data) if data is not None else None
+    except FunnelError as e:
+        return {"option": "first_stage", "reason": str(e)}
+    if reranker is None:
+        return {"option": "first_stage", "reason": "no reranker configured"}
+    if c is None:
+        return {"option": "first_stage", "reason": "not calibrated yet"}
+    if c.reranker != reranker.name:
+        return {"option": "first_stage", "reason": f"calibrated with reranker {c.reranker}, not {reranker.name}"}
+    return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries}
+
+
 class Collection:
     def __init__(self, name: str, root: Path, services: Services):
         self.name = name
@@ -102,6 +121,7 @@ class Collection:
         self._names_lock = threading.Lock()  # upload names are claimed one request at a time
         self._lock = threading.Lock()  # the worker's bookkeeping
         self._pending = 0
+        self._changed = False  # an ingest or delete since the last calibration
         self._closed = False
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"funnel-ingest-{name}")
         for record in self.registry.list():
@@ -222,6 +242,26 @@ class Collection:
         finally:
             with self._lock:
                 self._pending -= 1
+                calibrate = self._pending == 0 and self._changed and not self._closed
+                self._changed = self._changed and not calibrate
+        if calibrate:
+            self._calibrate()
+
+    def _calibrate(self) -> None:
+        """After the last queued job: measure the reranker on the collection as it now is (`auto` uses it).
+        A failure keeps the previous calibration and is logged; searches go on meanwhile."""
+        if self._services.reranker is None or self.store.info() is None:
+            return
+        try:
+            result = self.pipeline.calibrate()
+            log.info("collection %s calibrated: %s (%s)", self.name, result.option, result.reason)
+        except Exception:
+            log.warning("calibrating collection %s failed; the previous calibration is kept", self.name,
+                        exc_info=True)
+
+    def calibration(self) -> dict:
+        """What `auto` does on this collection and why, for /health."""
+        return calibration_summary(self.store, self._services.reranker)
 
     def _ingest(self, doc_id: str) -> None:
         record = self.registry.update(doc_id, status=DocumentStatus.INGESTING, error=None)
@@ -244,6 +284,7 @@ class Collection:
             self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0)
         else:
             self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks)
+            self._changed = True
 
     def _drop_chunks(self, doc_id: str) -> None:
         info = self.store.info()
@@ -252,6 +293,7 @@ class Collection:
         # The index's own embedder and dim: deleting must not need the model loaded.
         with self.store.transaction(info.embedder, info.dim) as tx:
             tx.delete_documents({doc_id})
+        self._changed = True
 
 
 class Library:
@@ -283,6 +325,14 @@ class Library:
                 self._write_marker(root, name)
             collection = self._open[name] = Collection(name, root, self.services)
             return collection
+
+    def calibrations(self) -> dict[str, dict]:
+        """Each existing collection's second-stage choice (`calibration_summary`). Opens nothing and
+        creates nothing: /health must not write to the data directory."""
+        return {
+            name: calibration_summary(LanceStore(self.root / name / "index"), self.services.reranker)
+            for name in self.names() if (self.root / name / MARKER).is_file()
+        }
 
     def create(self, name: str) -> Collection:
         check_name(name)

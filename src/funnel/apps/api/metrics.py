@@ -82,6 +82,8 @@ def health(request: Request) -> dict:
         "generator": state.generator_name,
         "embedder": state.embedder_spec,
         "collections": len(state.library.names()),
+        # What the second stage does on each collection (the `auto` policy) and why.
+        "calibration": state.library.calibrations(),
         "auth": state.settings.api_key is not None,
     }
 

@@ -121,10 +121,11 @@ class FileLocator:
             (mention_chunks, config.mention_weight, pipeline.config.first_stage.rrf_k),
         ])
         fused_ms = 1000 * (time.perf_counter() - started)
-        policy = config.policy or pipeline.config.policy
+        # `auto` (the default) is what the repository index's calibration chose; uncalibrated, the first stage.
+        resolved = pipeline.resolve_policy(config.policy or pipeline.config.policy)
         second = second_stage(
-            query, candidates, pipeline.reranker, policy, pipeline.config.guaranteed, pipeline.config.rrf_k,
-            pipeline.config.rerank_timeout_s,
+            query, candidates, pipeline.reranker, resolved.policy, pipeline.config.guaranteed,
+            pipeline.config.rrf_k, pipeline.config.rerank_timeout_s, resolved.weight,
         )
         documents = group(second.hits, config.k, pipeline.config.chunks_per_document)
         rerank_ms = 1000 * (time.perf_counter() - started) - fused_ms
@@ -142,7 +143,7 @@ class FileLocator:
                 frames=frame_labels.get(path, []), excerpt=_excerpt(best.text),
                 line_start=best.line_start, line_end=best.line_end,
             ))
-        return Localisation(files, documents, second.status, second.reason, notes,
+        return Localisation(files, documents, second.status, resolved.reason or second.reason, notes,
                             {"first_stage": round(fused_ms, 1), "rerank": round(rerank_ms, 1)})
 
     # ---- the three lists --------------------------------------------------------------------------

@@ -1,0 +1,346 @@
+"""Per-index calibration: does the second stage help on *this* corpus, and how much say should it get?
+
+A reranker trained on a few domains can hurt on others (measured: five unseen collections, all worse under
+`replace`). So before the reranker reorders anything, funnel measures it on the corpus itself, with queries
+made from the documents and no human judgments:
+
+1. Sample chunks. From each target chunk take one sentence (or line) as the query and *remove it from the
+   chunk*, so neither retriever can win by matching the query verbatim (the inverse cloze task).
+2. Build a small copy of the index: the cropped targets, the other chunks of their documents and random
+   distractors, in a temporary embedded store, so the real first stage (BM25 + dense + RRF, same window)
+   runs on it unchanged.
+3. Score each first-stage window with the reranker once, apply every option (first-stage order, rrf with
+   weights 0.5/1/2, guaranteed slots, replace) and take the reciprocal rank of the cropped target.
+4. Adopt the best option only if it beats the first-stage order by a margin with a paired randomization
+   test; otherwise keep the first-stage order and do not run the reranker at all.
+
+The result is stored with the index (`Store.write_calibration`) and read by `Pipeline.search` under the
+`auto` policy. It names the reranker and embedder it was measured with, so a different model is noticed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+
+import numpy as np
+
+from funnel.embed.base import Embedder
+from funnel.errors import ConfigError, StoreError
+from funnel.index.base import Store
+from funnel.rerank.base import Reranker
+from funnel.rerank.policies import RerankPolicy, apply_policy
+from funnel.retrieve.first_stage import FirstStageConfig, first_stage, retrieve
+from funnel.types import Chunk
+
+FORMAT = 1
+DEFAULT_QUERIES = 120
+MIN_QUERIES = 20  # below this a corpus is too small to say anything; the safe choice stays
+MIN_GAIN = 0.005  # MRR@10 the reranker must add before it is trusted
+MAX_P = 0.05  # ... with this paired-test significance
+RR_DEPTH = 10
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
+_WORD = re.compile(r"[^\W\d_]{3,}")
+_FILE_NAME = re.compile(r"[\w.-]+\.[A-Za-z0-9]{1,5}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to combine the reranker with the first stage."""
+
+    name: str
+    policy: RerankPolicy
+    weight: float = 1.0
+
+
+FIRST_STAGE = Option("first_stage", RerankPolicy.NONE, 0.0)
+OPTIONS = (
+    FIRST_STAGE,
+    Option("rrf:0.25", RerankPolicy.RRF, 0.25),
+    Option("rrf:0.5", RerankPolicy.RRF, 0.5),
+    Option("rrf:1", RerankPolicy.RRF, 1.0),
+    Option("rrf:2", RerankPolicy.RRF, 2.0),
+    Option("guaranteed_slots", RerankPolicy.GUARANTEED_SLOTS),
+    Option("replace", RerankPolicy.REPLACE),
+)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the second stage does on one index, and the measurements behind the choice."""
+
+    policy: RerankPolicy  # NONE: first-stage order, the reranker is not run
+    weight: float  # the reranker's weight under rrf
+    reason: str
+    reranker: str
+    embedder: str
+    index_version: int
+    index_chunks: int
+    queries: int = 0
+    mrr: dict[str, float] = field(default_factory=dict)  # option -> MRR@10 of the cropped targets
+    mrr_by_kind: dict[str, dict[str, float]] = field(default_factory=dict)  # query kind -> option -> MRR@10
+    window_recall: float = 0.0  # share of queries whose answer the first-stage window held at all
+    p_value: float | None = None
+    seconds: float = 0.0
+    created: str = ""
+    format: int = FORMAT
+
+    @property
+    def option(self) -> str:
+        if self.policy is RerankPolicy.RRF:
+            return f"rrf:{self.weight:g}"
+        return "first_stage" if self.policy is RerankPolicy.NONE else self.policy.value
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["policy"] = self.policy.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise StoreError("the stored calibration has an unknown format; run `funnel calibrate`")
+        try:
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+            fields["policy"] = RerankPolicy.parse(fields["policy"])
+            return cls(**fields)
+        except (KeyError, TypeError, ConfigError) as e:
+            raise StoreError(f"the stored calibration is damaged ({e}); run `funnel calibrate`") from None
+
+    def mismatch(self, reranker: str, embedder: str) -> str | None:
+        """Why this calibration does not apply to a search with these models, or None when it does."""
+        if self.reranker != reranker:
+            return f"calibrated with reranker {self.reranker}, not {reranker}"
+        if self.embedder != embedder:
+            return f"calibrated with embedder {self.embedder}, not {embedder}"
+        return None
+
+
+@dataclass(frozen=True)
+class PseudoQuery:
+    text: str
+    kind: str  # "title": a title or heading -> its text; "sentence": a sentence -> the rest of its chunk
+    relevant: frozenset[str]  # chunk ids that answer it
+    edits: tuple[Chunk, ...]  # chunks whose text changes in the small copy (the query taken out of them)
+
+
+def _content(chunk: Chunk) -> str:
+    """The chunk's text without the context line the chunker put first ("title > heading")."""
+    first, sep, rest = chunk.text.partition("\n")
+    return rest if sep and first.strip() == chunk.context_line.strip() else chunk.text
+
+
+def _units(text: str) -> list[str]:
+    """Sentences, and lines that are not sentences (table rows, code, list items)."""
+    units = []
+    for line in text.splitlines():
+        units.extend(s.strip() for s in _SENTENCE_END.split(line) if s.strip())
+    return units
+
+
+def _informative(text: str | None) -> bool:
+    """A title or heading a person might have typed as a query: 3+ real words, not a file name."""
+    if not text or _FILE_NAME.fullmatch(text.strip()):
+        return False
+    return len(_WORD.findall(text)) >= 3 and len(text.split()) <= 30
+
+
+def _neighbours(chunks: list[Chunk], target: Chunk) -> frozenset[str]:
+    """The target and the chunks beside it: the passage a reader would accept (chunks overlap)."""
+    return frozenset(c.chunk_id for c in chunks if abs(c.ordinal - target.ordinal) <= 1)
+
+
+def sentence_query(chunks: list[Chunk], chunk: Chunk, rng: random.Random) -> PseudoQuery | None:
+    """One sentence of the chunk as the query, and the chunk without it as the target (the inverse cloze
+    task); None if the chunk has no sentence of 5-40 words with 3 real words, or too little would be left."""
+    content = _content(chunk)
+    usable = [u for u in _units(content) if 5 <= len(u.split()) <= 40 and len(_WORD.findall(u)) >= 3]
+    if not usable:
+        return None
+    sentence = rng.choice(usable)
+    rest = content.replace(sentence, " ", 1)
+    if len(rest.split()) < 12:
+        return None
+    head = chunk.text[: len(chunk.text) - len(content)]
+    return PseudoQuery(sentence, "sentence", _neighbours(chunks, chunk), (replace(chunk, text=head + rest),))
+
+
+def title_query(chunks: list[Chunk], chunk: Chunk, rng: random.Random) -> PseudoQuery | None:
+    """The chunk's section heading (else its document's title) as the query, and the chunks under it as
+    the answer, with that heading taken out of their context lines; None when it is not informative or
+    the chunks would be left with too little text."""
+    if _informative(chunk.heading):
+        name, members = chunk.heading, [c for c in chunks if c.heading == chunk.heading]
+    elif _informative(chunk.title):
+        name, members = chunk.title, chunks
+    else:
+        return None
+    edits = []
+    for member in members:
+        content = _content(member)
+        if len(content.split()) >= 12:
+            edits.append(replace(member, text=content.replace(name, " ")))
+    if not edits:
+        return None
+    return PseudoQuery(name, "title", frozenset(e.chunk_id for e in edits), tuple(edits))
+
+
+MAKERS = {"title": title_query, "sentence": sentence_query}
+
+
+def _sample(
+    store: Store, n_queries: int, rng: random.Random, kinds: tuple[str, ...]
+) -> tuple[list[PseudoQuery], dict[str, Chunk]]:
+    """Pseudo-queries spread over randomly chosen documents (several per document when there are few, as
+    in one long PDF), and every chunk of the documents they came from."""
+    by_doc: dict[str, int] = {}
+    for entry in store.outline():
+        by_doc[entry.doc_id] = by_doc.get(entry.doc_id, 0) + 1
+    doc_ids = sorted(by_doc)
+    rng.shuffle(doc_ids)
+    per_doc = max(1, -(-n_queries // max(1, len(doc_ids))))
+    queries: list[PseudoQuery] = []
+    seen: dict[str, Chunk] = {}
+    edited: set[str] = set()
+    for doc_id in doc_ids:
+        if len(queries) >= n_queries:
+            break
+        chunks = store.get_chunks(doc_id)
+        order = list(chunks)
+        rng.shuffle(order)
+        taken = 0
+        for chunk in order:
+            if taken == per_doc or len(queries) == n_queries:
+                break
+            first = len(queries) % len(kinds)  # the kinds take turns; a chunk that has no title gives a sentence
+            query = next((q for kind in kinds[first:] + kinds[:first]
+                          if (q := MAKERS[kind](chunks, chunk, rng)) is not None), None)
+            if query is not None and not edited & {e.chunk_id for e in query.edits}:
+                queries.append(query)
+                edited |= {e.chunk_id for e in query.edits}
+                taken += 1
+        if taken:
+            seen.update((c.chunk_id, c) for c in chunks)
+    return queries, seen
+
+
+def _small_copy(
+    store: Store, embedder: Embedder, queries: list[PseudoQuery], sources: dict[str, Chunk], n: int,
+    config: FirstStageConfig, path: str,
+):
+    """An embedded index of what competes for these queries in the real one: each query's BM25 and dense
+    top-n from the real index, the chunks that answer it, with the query taken out of them (so neither
+    retriever wins by matching it verbatim). Stored vectors are reused; only the edited chunks are embedded."""
+    from funnel.index.lance import LanceStore  # the copy is always embedded, whatever the index is
+
+    chunks: dict[str, Chunk] = {}
+    for query in queries:
+        lexical, dense = retrieve(store, embedder, query.text, n, config)
+        chunks.update((s.chunk.chunk_id, s.chunk) for s in lexical + dense)
+        chunks.update((cid, sources[cid]) for cid in query.relevant if cid in sources)
+    edits = {e.chunk_id: e for q in queries for e in q.edits}
+    plain = [cid for cid in chunks if cid not in edits]
+    vectors = [np.asarray(embedder.embed([e.text for e in edits.values()]))]
+    if plain:
+        vectors.insert(0, store.vectors(plain))
+    copy = LanceStore(path)
+    with copy.transaction(embedder.name, embedder.dim) as tx:
+        tx.add([chunks[cid] for cid in plain] + list(edits.values()), np.concatenate(vectors))
+    return copy
+
+
+def _reciprocal_rank(order: list[str], relevant: frozenset[str]) -> float:
+    for rank, chunk_id in enumerate(order[:RR_DEPTH], start=1):
+        if chunk_id in relevant:
+            return 1.0 / rank
+    return 0.0
+
+
+def _paired_p(diffs: np.ndarray, rounds: int = 5000, seed: int = 0) -> float:
+    """Two-sided paired randomization (sign-flip) test of mean(diffs) != 0."""
+    if not np.any(diffs):
+        return 1.0
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((-1.0, 1.0), size=(rounds, len(diffs)))
+    observed = abs(diffs.mean())
+    return float((np.sum(np.abs((signs * diffs).mean(axis=1)) >= observed - 1e-12) + 1) / (rounds + 1))
+
+
+def calibrate(
+    store: Store,
+    embedder: Embedder,
+    reranker: Reranker | None,
+    first_stage_config: FirstStageConfig | None = None,
+    candidates: int = 25,
+    guaranteed: int = 2,
+    rrf_k: float = 60.0,
+    chunks_per_document: int | None = 3,
+    n_queries: int = DEFAULT_QUERIES,
+    seed: int = 0,
+    kinds: tuple[str, ...] = ("title", "sentence"),
+    progress: Callable[[int, int], None] | None = None,
+) -> Calibration:
+    """Measure every option on pseudo-queries from this index and choose one (see the module docstring).
+    Reads the index, writes nothing: the caller stores the result."""
+    started = time.perf_counter()
+    info = store.info()
+    if info is None:
+        raise StoreError("the index is empty: run `funnel ingest PATH` first")
+    if reranker is None:
+        raise ConfigError("no reranker is configured: there is nothing to calibrate (try --reranker builtin)")
+    made = dict(
+        reranker=reranker.name, embedder=embedder.name, index_version=info.version, index_chunks=info.chunks,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    rng = random.Random(seed)
+    queries, sources = _sample(store, n_queries, rng, kinds)
+    if len(queries) < MIN_QUERIES:
+        return Calibration(
+            RerankPolicy.NONE, 0.0,
+            f"too small to calibrate: {len(queries)} test queries could be made from {info.chunks} chunks "
+            f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
+            queries=len(queries), seconds=time.perf_counter() - started, **made,
+        )
+    config = first_stage_config or FirstStageConfig()
+    rr = {option.name: [] for option in OPTIONS}
+    in_window = 0
+    with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
+        copy = _small_copy(store, embedder, queries, sources, max(config.per_retriever, candidates), config, tmp)
+        for done, query in enumerate(queries, start=1):
+            window = first_stage(copy, embedder, query.text, candidates, config, max_per_document=chunks_per_document)
+            in_window += any(c.chunk.chunk_id in query.relevant for c in window)
+            scores = list(reranker.rerank(query.text, window).scores) if window else []
+            for option in OPTIONS:
+                hits = apply_policy(option.policy, window, scores, guaranteed, rrf_k, option.weight)
+                rr[option.name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
+            if progress:
+                progress(done, len(queries))
+    mrr = {name: float(np.mean(values)) for name, values in rr.items()}
+    kinds_of = [q.kind for q in queries]
+    mrr_by_kind = {
+        kind: {name: float(np.mean([v for v, k in zip(values, kinds_of) if k == kind])) for name, values in rr.items()}
+        for kind in sorted(set(kinds_of))
+    }
+    best = max(OPTIONS, key=lambda o: (round(mrr[o.name], 6), o is FIRST_STAGE))
+    diffs = np.asarray(rr[best.name]) - np.asarray(rr[FIRST_STAGE.name])
+    p = _paired_p(diffs) if best is not FIRST_STAGE else None
+    gain = mrr[best.name] - mrr[FIRST_STAGE.name]
+    if best is not FIRST_STAGE and gain >= MIN_GAIN and p is not None and p < MAX_P:
+        chosen = best
+        reason = (f"{best.name} raised MRR@10 on {len(queries)} test queries made from this corpus from "
+                  f"{mrr[FIRST_STAGE.name]:.3f} to {mrr[best.name]:.3f} (p={p:.3f})")
+    else:
+        chosen = FIRST_STAGE
+        reason = (f"the reranker did not help on {len(queries)} test queries made from this corpus (best: "
+                  f"{best.name} {mrr[best.name]:.3f} vs first stage {mrr[FIRST_STAGE.name]:.3f}"
+                  + (f", p={p:.3f}" if p is not None else "") + "); the first-stage order is kept")
+    return Calibration(
+        chosen.policy, chosen.weight, reason, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
+        window_recall=in_window / len(queries), p_value=p, seconds=time.perf_counter() - started, **made,
+    )

@@ -1,0 +1,175 @@
+"""Per-index calibration (funnel.calibrate) and the `auto` policy that uses it, on real LanceDB indexes with
+the deterministic HashingEmbedder. The rerankers here are real scorers with known quality: an oracle that
+knows the original corpus (so it must be trusted) and its mirror image (so it must not)."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from funnel.calibrate import FIRST_STAGE, MIN_QUERIES, Calibration, calibrate, sentence_query, title_query
+from funnel.embed import HashingEmbedder
+from funnel.errors import StoreError
+from funnel.index.lance import LanceStore
+from funnel.pipeline import Pipeline, SearchConfig
+from funnel.rerank.policies import RerankPolicy
+from funnel.types import RerankResult, RerankStatus
+
+from helpers import chunk
+
+WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda omicron sigma tau upsilon omega "
+         "river mountain forest desert ocean valley canyon glacier meadow island harbor bridge tower castle "
+         "engine turbine piston valve gasket rotor stator bearing spindle gear lever pulley spring").split()
+
+
+def _corpus(n_docs: int = 40, seed: int = 1) -> list:
+    """Documents of two chunks, each a few sentences of random words (so sentences are distinct)."""
+    rng = random.Random(seed)
+    chunks = []
+    for d in range(n_docs):
+        title = " ".join(rng.sample(WORDS, 4)).title()
+        for ordinal in range(2):
+            sentences = [" ".join(rng.choices(WORDS, k=rng.randint(7, 12))).capitalize() + "." for _ in range(4)]
+            chunks.append(chunk(f"d{d:02d}", ordinal, f"{title}\n" + " ".join(sentences), title=title))
+    return chunks
+
+
+def _index(tmp_path, chunks, embedder):
+    store = LanceStore(tmp_path / "index")
+    with store.transaction(embedder.name, embedder.dim) as tx:
+        tx.add(chunks, np.asarray(embedder.embed([c.text for c in chunks])))
+    return store
+
+
+class Oracle:
+    """Knows the original corpus: a candidate scores 1 when the query was taken from its document (a
+    sentence or the title), else 0. Any sensible calibration must let it reorder."""
+
+    name = "oracle"
+
+    def __init__(self, chunks, invert: bool = False):
+        self.source = {}
+        for c in chunks:
+            self.source.setdefault(c.doc_id, "")
+            self.source[c.doc_id] += " " + c.text
+        self.invert = invert
+        self.calls = 0
+
+    def rerank(self, query, candidates):
+        self.calls += 1
+        hit = [1.0 if query in self.source[c.chunk.doc_id] else 0.0 for c in candidates]
+        return RerankResult(tuple(1.0 - h if self.invert else h for h in hit))
+
+
+class Interrupting(Oracle):
+    def rerank(self, query, candidates):
+        if self.calls >= 3:
+            raise KeyboardInterrupt
+        return super().rerank(query, candidates)
+
+
+EMB = HashingEmbedder(dim=64)
+
+
+@pytest.fixture
+def corpus():
+    return _corpus()
+
+
+def test_queries_are_taken_out_of_the_chunks_that_answer_them(corpus):
+    rng = random.Random(0)
+    doc = [c for c in corpus if c.doc_id == "d03"]
+    sentence = sentence_query(doc, doc[0], rng)
+    assert sentence.kind == "sentence" and sentence.text in doc[0].text
+    assert sentence.text not in sentence.edits[0].text  # no verbatim match left
+    assert sentence.relevant == {"d03#0", "d03#1"}  # the passage and its neighbour
+    title = title_query(doc, doc[1], rng)
+    assert title.text == doc[0].title and title.relevant == {"d03#0", "d03#1"}
+    assert all(title.text not in e.text for e in title.edits)
+    # A file name is not a query a person would type.
+    assert title_query([chunk("x", 0, "x.pdf\nsome words here", title="report_2024.pdf")], chunk(
+        "x", 0, "x.pdf\nsome words here", title="report_2024.pdf"), rng) is None
+
+
+def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    result = calibrate(store, EMB, Oracle(corpus), n_queries=40)
+    assert result.queries == 40 and set(result.mrr_by_kind) == {"title", "sentence"}
+    assert result.policy is not RerankPolicy.NONE, result.reason
+    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
+    assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
+
+
+def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    result = calibrate(store, EMB, Oracle(corpus, invert=True), n_queries=40)
+    assert result.policy is RerankPolicy.NONE and result.option == "first_stage"
+    assert "did not help" in result.reason
+    assert result.mrr["replace"] < result.mrr[FIRST_STAGE.name]
+
+
+def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):
+    tiny = _corpus(n_docs=3)
+    result = calibrate(_index(tmp_path, tiny, EMB), EMB, Oracle(tiny), n_queries=40)
+    assert result.queries < MIN_QUERIES and result.policy is RerankPolicy.NONE
+    assert result.reason.startswith("too small to calibrate")
+
+
+def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    oracle = Oracle(corpus)
+    pipeline = Pipeline(store, EMB, oracle, config=SearchConfig(k=3))
+    query = corpus[5].text.split("\n")[1].split(".")[0]
+
+    before = pipeline.search(query)  # never calibrated: first-stage order, the reranker not run
+    assert before.rerank_status is RerankStatus.SKIPPED and "not calibrated" in before.rerank_reason
+    assert before.policy == "auto: first_stage" and oracle.calls == 0
+
+    result = pipeline.calibrate(n_queries=40)
+    assert json.loads(json.dumps(store.read_calibration())) == result.to_json()
+    after = pipeline.search(query)
+    assert after.rerank_status is RerankStatus.OK and after.policy == f"auto: {result.option}"
+    assert after.documents[0].doc_id == corpus[5].doc_id
+
+    explicit = pipeline.search(query, policy="none")  # a user's explicit policy wins
+    assert explicit.policy == "none" and explicit.rerank_status is RerankStatus.SKIPPED
+
+    other = Pipeline(store, EMB, Oracle(corpus, invert=True) , config=SearchConfig(k=3))
+    other.reranker.name = "another-model"
+    refused = other.search(query)  # calibrated with another reranker: not silently reused
+    assert refused.rerank_status is RerankStatus.SKIPPED and refused.policy == "auto: first_stage"
+    assert "calibrated with reranker oracle, not another-model" in refused.rerank_reason
+    assert other.calibration_problem().startswith("calibrated with reranker oracle")
+
+
+def test_an_interrupted_calibration_keeps_the_previous_one(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    first = Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)
+    stored = store.read_calibration()
+    with pytest.raises(KeyboardInterrupt):
+        Pipeline(store, EMB, Interrupting(corpus)).calibrate(n_queries=40)
+    assert store.read_calibration() == stored and Calibration.from_json(stored).option == first.option
+    assert store.info().chunks == len(corpus)
+
+
+def test_a_damaged_calibration_is_one_line_and_searches_go_on(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    (tmp_path / "index" / "funnel_calibration.json").write_text("{not json")
+    with pytest.raises(StoreError, match="unreadable calibration"):
+        store.read_calibration()
+    result = Pipeline(store, EMB, Oracle(corpus)).search("alpha beta")
+    assert result.rerank_status is RerankStatus.SKIPPED and "unreadable calibration" in result.rerank_reason
+    (tmp_path / "index" / "funnel_calibration.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(StoreError, match="unknown format"):
+        Calibration.from_json(store.read_calibration())
+
+
+def test_calibration_json_round_trip_and_mismatch():
+    c = Calibration(RerankPolicy.RRF, 0.5, "why", "model-a", "emb-a", 3, 100, queries=40,
+                    mrr={"first_stage": 0.5, "rrf:0.5": 0.6})
+    again = Calibration.from_json(json.loads(json.dumps(c.to_json())))
+    assert again == c and again.option == "rrf:0.5"
+    assert c.mismatch("model-a", "emb-a") is None
+    assert c.mismatch("model-b", "emb-a") == "calibrated with reranker model-a, not model-b"
+    assert c.mismatch("model-a", "emb-b") == "calibrated with embedder emb-a, not emb-b"
