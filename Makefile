@@ -28,7 +28,7 @@ install: $(STAMP)
 
 run: install
 	$(BIN)/funnel ingest samples/docs --index $(DEMO)
-	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --reranker builtin --explain
+	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
 
 test: install $(LLM_STAMP) browser
 	$(BIN)/python -m pytest -q
@@ -44,7 +44,12 @@ reranker: install
 # Seed 001's stack against funnel on SciFact test (bench/compare_seed_stack.py; not part of `make test`):
 # LangChain EnsembleRetriever over rank_bm25 + FAISS with all-MiniLM-L6-v2, then a sentence-transformers
 # CrossEncoder holding funnel's reranker weights (fp32). Its own venv, so its install size is its own.
-# Full run (300 queries, 5,183 abstracts): ~13 min on 2 idle cores. Smoke test (~2-3 min):
+# Works from a fresh clone: without a trained fp32 checkpoint in ~/.cache/funnel/reranker-teacher-l6 (what
+# `make reranker` leaves), the CrossEncoder gets the shipped int8 model's weights dequantized to fp32
+# (tools/export_reranker_checkpoint.py, numpy + onnx from .venv, a few seconds, cached in
+# ~/.cache/funnel/reranker-int8-as-fp32). Pick another checkpoint with SEED_ARGS="--cross-encoder DIR".
+# Full run (300 queries, 5,183 abstracts): ~13 min on 2 idle cores. Smoke test (~2-3 min, plus the seed
+# venv's install the first time):
 #   make seed-stack SEED_ARGS="--limit 20"
 SEED_VENV  := .venv-seed
 SEED_STAMP := $(SEED_VENV)/.installed

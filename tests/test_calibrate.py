@@ -173,3 +173,21 @@ def test_calibration_json_round_trip_and_mismatch():
     assert c.mismatch("model-a", "emb-a") is None
     assert c.mismatch("model-b", "emb-a") == "calibrated with reranker model-a, not model-b"
     assert c.mismatch("model-a", "emb-b") == "calibrated with embedder emb-a, not emb-b"
+
+
+class Down:
+    name = "down"
+
+    def rerank(self, query, candidates):
+        raise ConnectionError("connection refused")
+
+
+def test_a_reranker_that_fails_stops_calibration_and_keeps_the_old_one(tmp_path, corpus):
+    from funnel.errors import BackendUnavailable
+
+    store = _index(tmp_path, corpus, EMB)
+    Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)
+    stored = store.read_calibration()
+    with pytest.raises(BackendUnavailable, match="calibration stopped: down failed .ConnectionError"):
+        Pipeline(store, EMB, Down()).calibrate(n_queries=40)
+    assert store.read_calibration() == stored

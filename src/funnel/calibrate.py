@@ -4,15 +4,16 @@ A reranker trained on a few domains can hurt on others (measured: five unseen co
 `replace`). So before the reranker reorders anything, funnel measures it on the corpus itself, with queries
 made from the documents and no human judgments:
 
-1. Sample chunks. From each target chunk take one sentence (or line) as the query and *remove it from the
-   chunk*, so neither retriever can win by matching the query verbatim (the inverse cloze task).
-2. Build a small copy of the index: the cropped targets, the other chunks of their documents and random
-   distractors, in a temporary embedded store, so the real first stage (BM25 + dense + RRF, same window)
-   runs on it unchanged.
-3. Score each first-stage window with the reranker once, apply every option (first-stage order, rrf with
-   weights 0.5/1/2, guaranteed slots, replace) and take the reciprocal rank of the cropped target.
-4. Adopt the best option only if it beats the first-stage order by a margin with a paired randomization
-   test; otherwise keep the first-stage order and do not run the reranker at all.
+1. Make test queries from sampled chunks: a title or section heading (answer: the text under it), or one
+   sentence (answer: the rest of its passage and the chunks beside it; the inverse cloze task). The query is
+   taken out of its answer, so neither retriever can win by matching it verbatim.
+2. Copy what competes for those queries in the real index (each query's BM25 and dense top-n, with their
+   stored vectors) plus the edited answers into a small temporary embedded index, and run the real first
+   stage (BM25 + dense + RRF, same window and per-document cap) on it.
+3. Score each window with the reranker once; apply every option (first-stage order, rrf with reranker
+   weights 0.25/0.5/1/2, guaranteed slots, replace) and take the reciprocal rank of the answer.
+4. Adopt the best option only if it beats the first-stage order by MIN_GAIN with a paired randomization test
+   p < MAX_P; otherwise keep the first-stage order, and the reranker is not run at all.
 
 The result is stored with the index (`Store.write_calibration`) and read by `Pipeline.search` under the
 `auto` policy. It names the reranker and embedder it was measured with, so a different model is noticed.
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError, StoreError
+from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import RerankPolicy, apply_policy
@@ -315,7 +316,15 @@ def calibrate(
         for done, query in enumerate(queries, start=1):
             window = first_stage(copy, embedder, query.text, candidates, config, max_per_document=chunks_per_document)
             in_window += any(c.chunk.chunk_id in query.relevant for c in window)
-            scores = list(reranker.rerank(query.text, window).scores) if window else []
+            try:
+                scores = list(reranker.rerank(query.text, window).scores) if window else []
+            except Exception as e:  # a server down or a broken model: nothing is stored, the old choice stays
+                raise BackendUnavailable(f"calibration stopped: {reranker.name} failed ({type(e).__name__}: "
+                                         f"{str(e)[:200]}); the previous calibration is kept") from e
+            if len(scores) != len(window) or not all(np.isfinite(scores)):
+                raise BackendUnavailable(f"calibration stopped: {reranker.name} returned {len(scores)} scores "
+                                         f"for {len(window)} candidates or a non-finite one; the previous "
+                                         "calibration is kept")
             for option in OPTIONS:
                 hits = apply_policy(option.policy, window, scores, guaranteed, rrf_k, option.weight)
                 rr[option.name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))

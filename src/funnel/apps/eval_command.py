@@ -77,6 +77,10 @@ def run_eval_command(
     scores = report.score(run, baseline)
     failures = report.gate(scores, max_hurt) if gate else []
     results = report.results_json(scores, failures)
+    if any(v.is_default for v in variants):
+        results["calibration"] = _calibration_json(pipeline)
+        chosen = results["calibration"]
+        console.print(f"default: second stage {chosen['option']} — {chosen['reason']}", highlight=False)
     _print_table(results, console)
     paths = report.write(results, out)
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
@@ -103,3 +107,12 @@ def _print_table(results: dict, console: Console) -> None:
     console.print(table)
     latency = ", ".join(f"{s} p50 {v['p50']:.1f} / p95 {v['p95']:.1f} ms" for s, v in results["latency_ms"].items())
     console.print(f"latency per query: {latency}", highlight=False)
+
+
+def _calibration_json(pipeline) -> dict:
+    """What the `default` variant ran under: the index's calibration, or why there was none."""
+    problem = pipeline.calibration_problem() if pipeline.reranker is not None else "no reranker configured"
+    if problem is not None:
+        return {"option": "first_stage", "reason": problem}
+    calibration = pipeline.calibration()
+    return {"option": calibration.option, **calibration.to_json()}
