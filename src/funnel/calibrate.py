@@ -346,9 +346,13 @@ def calibrate(
                   f"{mrr[FIRST_STAGE.name]:.3f} to {mrr[best.name]:.3f} (p={p:.3f})")
     else:
         chosen = FIRST_STAGE
-        reason = (f"the reranker did not help on {len(queries)} test queries made from this corpus (best: "
-                  f"{best.name} {mrr[best.name]:.3f} vs first stage {mrr[FIRST_STAGE.name]:.3f}"
-                  + (f", p={p:.3f}" if p is not None else "") + "); the first-stage order is kept")
+        if best is FIRST_STAGE:
+            measured = f"no option beat the first-stage order's MRR@10 {mrr[FIRST_STAGE.name]:.3f}"
+        else:
+            measured = (f"best: {best.name} {mrr[best.name]:.3f} vs first stage {mrr[FIRST_STAGE.name]:.3f}, "
+                        f"p={p:.3f}")
+        reason = (f"the reranker did not help on {len(queries)} test queries made from this corpus ({measured}); "
+                  "the first-stage order is kept")
     return Calibration(
         chosen.policy, chosen.weight, reason, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
         window_recall=in_window / len(queries), p_value=p, seconds=time.perf_counter() - started, **made,
