@@ -275,6 +275,17 @@ def test_no_reranker_configured_is_503_and_a_client_fallback():
     assert result.status is RerankStatus.FALLBACK and "HTTP 503" in result.reason
 
 
+@pytest.mark.model
+def test_the_rerank_routes_answer_without_configuration(tmp_path):
+    """The built-in reranker is the default: a fresh `funnel serve` answers both rerank shapes."""
+    with serving(create_app(Settings(embedder="hashing", data_dir=tmp_path))) as url:
+        docs = ["Berlin is the capital of Germany.", "Paris is the capital and largest city of France."]
+        cohere = httpx.post(f"{url}/v1/rerank", json={"query": "capital of France", "documents": docs}, timeout=30)
+        ollama = httpx.post(f"{url}/api/rerank", json={"query": "capital of France", "documents": docs}, timeout=30)
+    assert cohere.status_code == 200 and ollama.status_code == 200
+    assert cohere.json()["results"][0]["index"] == 1
+
+
 def test_upstream_errors_map_to_gateway_status_codes():
     broken = HttpReranker("tei", "http://127.0.0.1:9", client=httpx.Client(transport=httpx.MockTransport(answering([]))))
     with serving(create_app(Settings(), reranker=broken)) as url:
