@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from funnel.calibrate import DEFAULT_QUERIES, Calibration, calibrate
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, StoreError
 from funnel.generate.base import Generator
@@ -83,12 +84,10 @@ class Pipeline:
             generator = ExtractiveGenerator(embedder)
         self.generator = generator
         self.indexer = Indexer(store, embedder, max_tokens)
-        self._calibration: tuple[float, int, object] | None = None  # (read at, index version, Calibration|None)
+        self._calibration: tuple[float, int, Calibration | None] | None = None  # (read at, index version, it)
 
-    def calibration(self, version: int | None = None):
+    def calibration(self, version: int | None = None) -> Calibration | None:
         """The index's stored `Calibration`, or None; re-read when the index changed or after a while."""
-        from funnel.calibrate import Calibration
-
         now = time.monotonic()
         cached = self._calibration
         if cached is not None and now - cached[0] < CALIBRATION_TTL_S and (version is None or version == cached[1]):
@@ -98,12 +97,10 @@ class Pipeline:
         self._calibration = (now, version if version is not None else -1, calibration)
         return calibration
 
-    def calibrate(self, n_queries: int | None = None, progress=None):
+    def calibrate(self, n_queries: int | None = None, progress=None) -> Calibration:
         """Measure the second stage on this index (`funnel.calibrate`) and store the choice with it. An
         interruption before the end leaves the previous calibration as it was (nothing is written until
         the whole measurement is done)."""
-        from funnel.calibrate import DEFAULT_QUERIES, calibrate
-
         config = self.config
         n_queries = n_queries or DEFAULT_QUERIES
         result = calibrate(
