@@ -189,3 +189,14 @@ def test_calibrate_errors_are_one_line(tmp_path):
     assert empty.returncode == 5 and "run `funnel ingest PATH` first" in empty.stderr
     none = funnel("calibrate", "--reranker", "none", cwd=tmp_path)
     assert none.returncode == 2 and "nothing to calibrate" in none.stderr
+
+
+def test_an_ingest_succeeds_when_its_calibration_cannot_run(tmp_path):
+    docs = _many_docs(tmp_path / "many")
+    down = {"FUNNEL_RERANKER": "tei:http://127.0.0.1:9", "FUNNEL_RERANK_TIMEOUT_S": "2"}
+    ingest = funnel("ingest", str(docs), cwd=tmp_path, env=down)
+    no_traceback(ingest)
+    assert ingest.returncode == 0 and "30 added" in ingest.stdout
+    assert "warning: calibration stopped: tei:http://127.0.0.1:9" in ingest.stderr
+    search = funnel("search", "turbine", cwd=tmp_path, env=down)
+    assert search.returncode == 0 and "the index is not calibrated" in search.stderr

@@ -110,12 +110,14 @@ def ingest(
     )
     if calibrate and pipeline.reranker is not None and (report.added or report.updated or report.removed
                                                         or pipeline.calibration_problem() is not None):
-        _calibrate(pipeline)
+        _calibrate(pipeline, after_ingest=True)
     if report.problems:
         raise typer.Exit(1)
 
 
-def _calibrate(pipeline, n_queries: int | None = None):
+def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False):
+    """Calibrate with a progress bar. After an ingest a failure (the reranker's server down, say) is a warning:
+    the ingest itself succeeded and `auto` keeps the previous choice or the first stage."""
     from funnel.calibrate import DEFAULT_QUERIES
 
     try:
@@ -131,7 +133,10 @@ def _calibrate(pipeline, n_queries: int | None = None):
         err.print("interrupted: the previous calibration is kept")
         raise typer.Exit(130) from None
     except FunnelError as e:
-        _fail(e)
+        if not after_ingest:
+            _fail(e)
+        err.print(styled("warning:", "yellow", f"{e} (run `funnel calibrate` again later)"))
+        return None
     out.print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
     return result
 
