@@ -200,10 +200,7 @@ def _sample(
 ) -> tuple[list[PseudoQuery], dict[str, Chunk]]:
     """Pseudo-queries spread over randomly chosen documents (several per document when there are few, as
     in one long PDF), and every chunk of the documents they came from."""
-    by_doc: dict[str, int] = {}
-    for entry in store.outline():
-        by_doc[entry.doc_id] = by_doc.get(entry.doc_id, 0) + 1
-    doc_ids = sorted(by_doc)
+    doc_ids = sorted(store.document_hashes())  # ids only: lighter than the outline on a large index
     rng.shuffle(doc_ids)
     per_doc = max(1, -(-n_queries // max(1, len(doc_ids))))
     queries: list[PseudoQuery] = []
