@@ -394,6 +394,8 @@ def test_variant_specs_parse():
         ("hybrid+rerank", "bad variant 'hybrid+rerank'; expected bm25, dense or hybrid"),
         ("Hybrid", "bad variant 'Hybrid'"),
         ("colbert", "unknown retrieval 'colbert'; valid: hybrid, bm25, dense"),
+        ("hybrid+rerank(auto)", "the calibrated policy is the `default` variant"),
+        ("hybrid+rerank(replace:0.5)", "only rrf takes a weight"),
         ("hybrid+rerank(smart)", "unknown rerank policy 'smart'; valid: none, replace, guaranteed_slots"),
         ("bm25,hybrid,bm25", "a variant is listed twice"),
         (" , ", "no variants given"),

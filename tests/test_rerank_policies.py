@@ -130,3 +130,22 @@ def test_group_counts_documents_and_keeps_best_chunk_first():
     assert [d.doc_id for d in docs] == ["a", "b", "c"]
     assert [h.chunk.ordinal for h in docs[0].hits] == [0, 1]
     assert [d.rank for d in docs] == [1, 2, 3]
+
+
+def test_weighted_rrf_matches_the_closed_form():
+    from funnel.rerank.policies import apply_policy
+
+    from helpers import candidates as make
+
+    cands = make(["a", "b", "c", "d", "e"])
+    scores = [0.1, 0.9, 0.5, 0.8, 0.2]  # reranker ranks: b=1, d=2, c=3, e=4, a=5
+    rerank_rank = {i: r for r, i in enumerate(sorted(range(5), key=lambda i: -scores[i]), start=1)}
+    for weight in (0.25, 1.0, 2.0):
+        hits = apply_policy(RerankPolicy.RRF, cands, scores, rrf_k=60.0, weight=weight)
+        expected = sorted(range(5), key=lambda i: -(1 / (60 + i + 1) + weight / (60 + rerank_rank[i])))
+        assert [h.chunk.doc_id for h in hits] == [cands[i].chunk.doc_id for i in expected]
+        assert hits[0].final_score == pytest.approx(max(1 / (61 + i) + weight / (60 + rerank_rank[i]) for i in range(5)))
+    unweighted = apply_policy(RerankPolicy.RRF, cands, scores, rrf_k=60.0, weight=0.0)
+    assert [h.chunk.doc_id for h in unweighted] == ["a", "b", "c", "d", "e"]  # weight 0: the first-stage order
+    with pytest.raises(ValueError, match="auto policy is resolved"):
+        apply_policy(RerankPolicy.AUTO, cands, scores)

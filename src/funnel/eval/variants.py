@@ -46,6 +46,8 @@ class Variant:
             )
         retrieval = Retrieval.parse(match["base"])
         policy = RerankPolicy.parse(match["policy"]) if match["policy"] else RerankPolicy.NONE
+        if policy is RerankPolicy.AUTO:
+            raise ConfigError(f"bad variant {spec!r}: the calibrated policy is the `default` variant")
         weight = 1.0
         if match["weight"] is not None:
             if policy is not RerankPolicy.RRF:
