@@ -196,13 +196,19 @@ def build_cacm(raw: Path):
         corpus.append({"_id": did, "title": title, "text": abstract or title})
     queries = [{"_id": qid, "text": norm(" ".join(f.get("W", [])))}
                for qid, f in smart_records(read_text(d / "query.text"))]
-    qrels = []
-    for line in read_text(d / "qrels.text").split("\n"):
-        p = line.split()
-        if p:
-            qrels.append((str(int(p[0])), str(int(p[1]))))
+    qrels = pair_qrels(d / "qrels.text")
     return corpus, queries, qrels, {"docs_without_abstract": n_notext,
                                     "queries_in_file": len(queries)}
+
+
+def pair_qrels(path: Path) -> list[tuple[str, str]]:
+    """SMART relevance files whose lines start "QUERY DOC ..." (CACM's qrels.text, ADI.REL)."""
+    pairs = []
+    for line in read_text(path).split("\n"):
+        p = line.split()
+        if p:
+            pairs.append((str(int(p[0])), str(int(p[1]))))
+    return pairs
 
 
 def build_adi(raw: Path):
@@ -216,11 +222,7 @@ def build_adi(raw: Path):
         corpus.append({"_id": did, "title": title, "text": text or title})
     queries = [{"_id": qid, "text": norm(" ".join(f.get("W", [])))}
                for qid, f in smart_records(read_text(d / "ADI.QRY"))]
-    qrels = []
-    for line in read_text(d / "ADI.REL").split("\n"):
-        p = line.split()
-        if p:
-            qrels.append((str(int(p[0])), str(int(p[1]))))
+    qrels = pair_qrels(d / "ADI.REL")
     return corpus, queries, qrels, {"queries_in_file": len(queries)}
 
 
