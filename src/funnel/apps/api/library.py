@@ -102,8 +102,9 @@ def calibration_summary(store, reranker: Reranker | None) -> dict:
         return {"option": "first_stage", "reason": "no reranker configured"}
     if c is None:
         return {"option": "first_stage", "reason": "not calibrated yet"}
-    if c.reranker != reranker.name:
-        return {"option": "first_stage", "reason": f"calibrated with reranker {c.reranker}, not {reranker.name}"}
+    mismatch = c.mismatch(reranker.name, c.embedder)  # the embedder is not loaded here: only the reranker is checked
+    if mismatch:
+        return {"option": "first_stage", "reason": mismatch}
     return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries}
 
 
