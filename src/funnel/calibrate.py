@@ -84,7 +84,7 @@ class Calibration:
     index_version: int
     index_chunks: int
     queries: int = 0
-    mrr: dict[str, float] = field(default_factory=dict)  # option -> MRR@10 of the cropped targets
+    mrr: dict[str, float] = field(default_factory=dict)  # option -> MRR@10 of the answers (queries taken out of them)
     mrr_by_kind: dict[str, dict[str, float]] = field(default_factory=dict)  # query kind -> option -> MRR@10
     window_recall: float = 0.0  # share of queries whose answer the first-stage window held at all
     p_value: float | None = None
