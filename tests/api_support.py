@@ -33,6 +33,23 @@ def wait_done(client: httpx.Client, collection: str, timeout: float = 60) -> lis
         time.sleep(0.05)
 
 
+def wait_calibrated(client: httpx.Client, collection: str, timeout: float = 120) -> dict:
+    """The collection's calibration (from /health) once the worker has measured it after its last ingest, so
+    a test's search does not race the calibration (before it: first stage; after it: what it chose)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        calibration = client.get("/health").json()["calibration"].get(collection, {})
+        if calibration.get("reason") not in (None, "not calibrated yet"):
+            return calibration
+        assert time.monotonic() < deadline, f"not calibrated: {calibration}"
+        time.sleep(0.05)
+
+
+def expected_rerank_status(client: httpx.Client, collection: str) -> str:
+    """What `rerank_status` a search of a calibrated collection reports under the default `auto` policy."""
+    return "skipped" if wait_calibrated(client, collection)["option"] == "first_stage" else "ok"
+
+
 def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
     """(event, data) pairs of a server-sent event stream, in order; comments are skipped."""
     events: list[tuple[str, dict]] = []

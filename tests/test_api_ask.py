@@ -8,7 +8,8 @@ import threading
 
 import httpx
 import pytest
-from api_support import CEO_QUESTION, FakeOpenAI, samples, sse_events, upload, wait_done
+from api_support import (CEO_QUESTION, FakeOpenAI, expected_rerank_status, samples, sse_events, upload,
+                         wait_calibrated, wait_done)
 from helpers import serving
 
 from funnel.apps.api import create_app
@@ -32,6 +33,7 @@ def data_dir(tmp_path_factory):
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         assert upload(client, "default", samples()).status_code == 202
         assert {d["status"] for d in wait_done(client, "default")} == {"ready"}
+        wait_calibrated(client, "default")
     return data
 
 
@@ -76,7 +78,8 @@ def test_json_answer_cites_documents_pages_and_chunks(api):
     assert "Iris Kallas" in body["answer"] and body["generator"] == "extractive"
     assert body["fallback_reason"] == "" and body["flags"] == [] and body["conversation_id"]
     assert body["search_query"] == CEO_QUESTION and body["rewritten_by"] == "none"
-    assert body["rerank_status"] == "skipped" and set(body["timings_ms"]) >= {"first_stage", "generate"}
+    assert body["rerank_status"] == expected_rerank_status(api, "default")
+    assert set(body["timings_ms"]) >= {"first_stage", "generate"}
     docs = {d["id"]: d for d in api.get("/v1/collections/default/documents").json()}
     (citation,) = [c for c in body["citations"] if "Iris Kallas" in c["text"]]
     assert f"[{citation['number']}]" in body["answer"]
@@ -93,7 +96,8 @@ def test_sse_stream_is_meta_deltas_then_the_whole_answer(api):
     assert names[0] == "meta" and names[-1] == "done" and set(names[1:-1]) == {"delta"}
     meta, done = events[0][1], events[-1][1]
     assert meta["conversation_id"] == done["conversation_id"] and meta["search_query"] == CEO_QUESTION
-    assert meta["sources"][0]["path"] == "portfolio_companies.pdf" and meta["rerank_status"] == "skipped"
+    assert meta["sources"][0]["path"] == "portfolio_companies.pdf"
+    assert meta["rerank_status"] == expected_rerank_status(api, "default")
     assert "".join(data["text"] for name, data in events if name == "delta") == done["answer"]
     assert "Iris Kallas" in done["answer"] and done["citations"][0]["page"] == 2
 

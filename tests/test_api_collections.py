@@ -7,7 +7,7 @@ import threading
 
 import httpx
 import pytest
-from api_support import CEO_QUESTION, SAMPLES, samples, upload, wait_done
+from api_support import CEO_QUESTION, SAMPLES, samples, upload, wait_calibrated, wait_done
 from helpers import serving
 
 from funnel.apps.api import create_app
@@ -34,6 +34,7 @@ def api(data_dir):
         assert response.status_code == 202
         assert {d["status"] for d in response.json()} == {"queued"}
         docs = wait_done(client, "default")
+        wait_calibrated(client, "default")
         yield client, {d["filename"]: d for d in docs}
 
 
@@ -92,7 +93,12 @@ def test_search_explains_every_stage(api):
     response = client.post("/v1/collections/default/search", json={"query": CEO_QUESTION, "k": 3, "explain": True})
     assert response.status_code == 200
     body = response.json()
-    assert body["rerank_status"] == "skipped" and body["rerank_reason"] and body["policy"] == "auto: first_stage"
+    chosen = wait_calibrated(client, "default")["option"]  # what `auto` runs on this collection
+    assert body["policy"] == f"auto: {chosen}"
+    if chosen == "first_stage":
+        assert body["rerank_status"] == "skipped" and body["rerank_reason"].startswith("calibration: ")
+    else:
+        assert body["rerank_status"] == "ok" and all(h["rerank_score"] is not None for h in body["candidates"])
     assert set(body["timings_ms"]) == {"first_stage", "rerank", "group"}
     assert len(body["results"]) == 3
     top = body["results"][0]
