@@ -34,6 +34,7 @@ class EvalSet:
     skipped: dict[str, int] = field(default_factory=dict)  # what was left out, and how much
     answers: dict[str, list[str]] = field(default_factory=dict)  # strings an answer must contain
     by_path: bool = False  # judged units are file paths (a question set), matched as path suffixes
+    pages: dict[str, dict[str, int]] = field(default_factory=dict)  # qid -> judged pages ("file.pdf#p23")
 
 
 def _jsonl(path: Path) -> Iterator[dict]:

@@ -6,6 +6,8 @@
         question: Who is the CEO of Zentara Robotics?
         sources: [portfolio_companies.pdf]  # expected documents, matched as path suffixes
         answer_contains: [Iris Kallas]      # strings the answer must contain
+        page: 3                             # optional, PDFs: the page(s) holding the answer (1-based,
+                                            # physical), an int or a list; scored as page_hit@k
 
 JSONL: one question object per line; documents then come from `--documents`.
 """
@@ -63,6 +65,23 @@ def _strings(value, where: str) -> list[str]:
     raise ConfigError(f"{where}: expected a string or a list of strings")
 
 
+def _pages(item: dict, sources: list[str], where: str) -> dict[str, int]:
+    """The judged page units ("file.pdf#p23") of a question with a `page` (or `pages`) field."""
+    value = item.get("page", item.get("pages"))
+    if value is None:
+        return {}
+    numbers = value if isinstance(value, list) else [value]
+    if not numbers or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in numbers):
+        raise ConfigError(f"{where}: 'page' must be a page number (1 or more) or a list of them")
+    if len(sources) != 1:
+        raise ConfigError(f"{where}: 'page' needs exactly one entry in 'sources' (the file the page is in)")
+    return {page_unit(str(PurePosixPath(sources[0])), n): 1 for n in numbers}
+
+
+def page_unit(source: str, page: int) -> str:
+    return f"{source}#p{page}"
+
+
 def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionSet:
     data = _read(path)
     raw = data.get("questions")
@@ -71,6 +90,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     answers: dict[str, list[str]] = {}
+    pages: dict[str, dict[str, int]] = {}
     skipped = 0
     for number, item in enumerate(raw, start=1):
         where = f"{path}: question {number}"
@@ -87,6 +107,8 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
         queries[qid] = item["question"].strip()
         qrels[qid] = {str(PurePosixPath(s)): 1 for s in sources}
         answers[qid] = expected
+        if (page_units := _pages(item, sources, where)):
+            pages[qid] = page_units
     if not queries:
         raise ConfigError(f"{path}: no question has 'sources' or 'answer_contains' to check")
 
@@ -107,6 +129,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
         skipped={"questions without sources or answer_contains": skipped} if skipped else {},
         answers=answers,
         by_path=True,
+        pages=pages,
     )
     return QuestionSet(evalset, folders)
 

@@ -17,6 +17,9 @@ from funnel.eval.compare import Comparison, compare
 from funnel.eval.metrics import HEADLINE, MEASURES, first_relevant_rank, mean, per_query
 from funnel.eval.runner import EvalRun
 
+# Page-level scores of a question set with `page` fields: label -> the measure over page rankings.
+PAGE_MEASURES = {"page_hit@1": "hit@1", "page_hit@5": "hit@5", "page_mrr@10": "mrr@10"}
+
 
 @dataclass(frozen=True)
 class Scores:
@@ -34,6 +37,11 @@ def score(run: EvalRun, baseline: str) -> Scores:
     # No judged sources at all (an answers-only question set): no retrieval metric, rather than zeros.
     means = {name: {metric: mean(v) for metric, v in metrics.items() if v} for name, metrics in values.items()}
     for name, vr in evaluated.items():
+        if evalset.pages:
+            page_values = per_query(evalset.pages, vr.page_rankings)
+            for label, measure in PAGE_MEASURES.items():
+                values[name][label] = page_values[measure]
+                means[name][label] = mean(page_values[measure])
         if vr.passed:
             means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
     comparisons = {}
@@ -109,6 +117,9 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
         }
         for qid, ok in vr.passed.items():
             per_query_out[name].setdefault(qid, {"passed": ok})
+        for qid, judged in evalset.pages.items():
+            rank = first_relevant_rank(judged, vr.page_rankings.get(qid, []))
+            per_query_out[name].setdefault(qid, {})["page_rank"] = rank
     return {
         "dataset": evalset.name,
         "split": evalset.split,
@@ -131,10 +142,8 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
 
 
 def metric_columns(results: dict) -> list[str]:
-    columns = [m for m in MEASURES if any(m in v for v in results["variants"].values())]
-    if any("answers_passed" in v for v in results["variants"].values()):
-        columns.append("answers_passed")
-    return columns
+    present = [*MEASURES, *PAGE_MEASURES, "answers_passed"]
+    return [m for m in present if any(m in v for v in results["variants"].values())]
 
 
 def markdown(results: dict) -> str:
@@ -175,9 +184,30 @@ def markdown(results: dict) -> str:
             lines.append(f"| … {len(c['hurt']) - 20} more in results.json | | |")
         if c["answers_broken"]:
             lines += ["", "Answers broken: " + ", ".join(c["answers_broken"])]
+    lines += _per_question(results)
     gate_info = results["gate"]
     lines += ["", "Gate: " + ("passed" if gate_info["passed"] else "FAILED — " + "; ".join(gate_info["failures"]))]
     return "\n".join(lines) + "\n"
+
+
+def _per_question(results: dict) -> list[str]:
+    """For a question set judged by page or answer: each question's page rank and answer, per variant."""
+    per_query_out = results["per_query"]
+    names = [n for n in results["variants"] if n in per_query_out]
+    shown = [n for n in names if any("page_rank" in q or "passed" in q for q in per_query_out[n].values())]
+    if not shown:
+        return []
+    lines = ["", "## Per question: rank of the right page (– = not in the top 100), answer ✓/✗", "",
+             "| question | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for qid in per_query_out[shown[0]]:
+        cells = []
+        for name in shown:
+            entry = per_query_out[name].get(qid, {})
+            page = f"p@{entry['page_rank'] or '–'}" if "page_rank" in entry else ""
+            answer = {True: "✓", False: "✗"}.get(entry.get("passed"), "")
+            cells.append(f"{page} {answer}".strip())
+        lines.append(f"| {qid} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(results: dict, path: Path) -> None:

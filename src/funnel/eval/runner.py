@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from funnel.eval.beir import EvalSet
-from funnel.eval.questions import source_key
+from funnel.eval.questions import page_unit, source_key
 from funnel.eval.variants import Variant
 from funnel.generate.base import Generator
 from funnel.group import group
@@ -29,6 +29,7 @@ STAGES = ("first_stage", "rerank", "group", "answer")
 class VariantRun:
     variant: Variant
     rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> judged units, best first
+    page_rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> "file.pdf#p3" units, best first
     passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
     fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
     skipped_reason: str = ""
@@ -60,6 +61,20 @@ def _ranking(hits: list[Hit], evalset: EvalSet, qid: str, depth: int) -> list[st
         unit = _unit(hit, evalset, qid)
         if unit not in seen:
             seen.add(unit)
+            units.append(unit)
+            if len(units) == depth:
+                break
+    return units
+
+
+def _page_ranking(hits: list[Hit], evalset: EvalSet, qid: str, depth: int) -> list[str]:
+    """Distinct pages in hit order, for a question judged at page level; hits without a page skip."""
+    units: list[str] = []
+    for hit in hits:
+        if hit.chunk.page is None:
+            continue
+        unit = page_unit(_unit(hit, evalset, qid), hit.chunk.page)
+        if unit not in units:
             units.append(unit)
             if len(units) == depth:
                 break
@@ -149,6 +164,8 @@ def run_eval(
             in_head = {c.chunk.chunk_id for c in head}
             hits = _window_then_tail(head_hits, [c for c in deep[v.retrieval] if c.chunk.chunk_id not in in_head])
             runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
+            if qid in evalset.pages:
+                runs[v.name].page_rankings[qid] = _page_ranking(hits, evalset, qid, depth)
             if generator is not None and evalset.answers.get(qid):
                 ta = time.perf_counter()
                 # What `Pipeline.ask` answers from: the window's documents only.
