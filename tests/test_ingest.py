@@ -119,6 +119,21 @@ def test_huge_files_are_skipped_and_reported(tmp_path):
 
     assert names(result) == ["small.txt"]
     assert reasons(result)["big.txt"].startswith("too large")
+    assert "raise the setting max_file_mb" in reasons(result)["big.txt"]
+
+
+def test_the_file_size_limit_is_a_setting(tmp_path, monkeypatch):
+    from funnel.apps.factory import build_pipeline
+    from funnel.apps.settings import Settings
+
+    write(tmp_path / "docs" / "big.txt", "word " * 1000)  # 5 KB
+    monkeypatch.setenv("FUNNEL_MAX_FILE_MB", "0.001")
+    pipeline = build_pipeline(Settings(index=str(tmp_path / "idx"), embedder="hashing", reranker="none"))
+    report = pipeline.ingest([tmp_path / "docs"])
+    assert report.added == 0 and "max_file_mb" in str(report.problems[0])
+    monkeypatch.setenv("FUNNEL_MAX_FILE_MB", "0.01")
+    pipeline = build_pipeline(Settings(index=str(tmp_path / "idx"), embedder="hashing", reranker="none"))
+    assert pipeline.ingest([tmp_path / "docs"]).added == 1
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")

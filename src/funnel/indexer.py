@@ -22,6 +22,7 @@ from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, IngestError
 from funnel.index.base import Store
 from funnel.ingest import chunk_document, discover, load
+from funnel.ingest.walk import FileLimits
 from funnel.types import Chunk, LoadedDocument
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,11 @@ def display_path(path: Path) -> str:
 
 
 class Indexer:
-    def __init__(self, store: Store, embedder: Embedder, max_tokens: int | None = None):
+    def __init__(
+        self, store: Store, embedder: Embedder, max_tokens: int | None = None, limits: FileLimits | None = None
+    ):
         self.store = store
+        self.limits = limits or FileLimits()
         self.embedder = embedder
         if max_tokens is not None and not 16 <= max_tokens <= embedder.max_tokens:
             raise ConfigError(
@@ -95,7 +99,7 @@ class Indexer:
     def ingest_paths(self, paths: list[Path], progress: Progress | None = None) -> IngestReport:
         """Ingest files and folders. Files gone from a folder named here leave the index."""
         started = time.perf_counter()
-        found = discover([Path(p) for p in paths])
+        found = discover([Path(p) for p in paths], self.limits)
         report = IngestReport(problems=list(found.problems))
 
         def plan(stored: dict[str, str]) -> tuple[list[_Pending], set[str]]:

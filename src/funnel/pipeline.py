@@ -16,6 +16,7 @@ from funnel.generate.base import Generator
 from funnel.group import group
 from funnel.index.base import Filter, Store
 from funnel.indexer import Indexer, IngestReport, Progress
+from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import RerankPolicy, second_stage
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval, first_stage
@@ -73,6 +74,7 @@ class Pipeline:
         generator: Generator | None = None,
         config: SearchConfig | None = None,
         max_tokens: int | None = None,
+        limits: FileLimits | None = None,
     ):
         self.store = store
         self.embedder = embedder
@@ -83,7 +85,7 @@ class Pipeline:
 
             generator = ExtractiveGenerator(embedder)
         self.generator = generator
-        self.indexer = Indexer(store, embedder, max_tokens)
+        self.indexer = Indexer(store, embedder, max_tokens, limits)
         self._calibration: tuple[float, int, Calibration | None] | None = None  # (read at, index version, it)
 
     def calibration(self, version: int | None = None) -> Calibration | None:

@@ -94,6 +94,8 @@ class Candidate:
     bm25_score: float | None = None
     dense_rank: int | None = None
     dense_score: float | None = None
+    # Past its document's cap of chunks, taken to fill a window the cap would have left short.
+    past_cap: bool = False
 
 
 class RerankStatus(str, Enum):
@@ -137,6 +139,7 @@ class DocumentHit:
     rank: int
     score: float
     hits: tuple[Hit, ...]  # this document's chunks, best first
+    page: int | None = None  # set when the result is one page of its document (fewer documents than k)
 
     @property
     def best(self) -> Hit:

@@ -418,11 +418,25 @@ def _print_explain(result: SearchResult) -> None:
             str(c.dense_rank or "-"),
             str(c.fused_rank),
             "-" if hit.rerank_score is None else f"{hit.rerank_score:.3f}",
-            "guaranteed" if hit.guaranteed else "",
+            "guaranteed" if hit.guaranteed else "past cap" if c.past_cap else "",
             c.chunk.path,
             c.chunk.location,
         )
     out.print(table)
+    out.print(window_note(result))
+
+
+def window_note(result: SearchResult) -> str:
+    """How full the second stage's window was, and whether the per-document cap shaped it."""
+    n = len(result.hits)
+    documents = len({h.chunk.doc_id for h in result.hits})
+    filled = sum(h.candidate.past_cap for h in result.hits)
+    scored = sum(h.rerank_score is not None for h in result.hits)
+    line = f"window: {n} candidates from {documents} document(s); the reranker scored {scored}"
+    if filled:
+        line += (f"; the cap of chunks per document would have left {n - filled}, so {filled} chunks past "
+                 "the cap (marked) filled the window")
+    return line
 
 
 def _print_calibration_note(pipeline) -> None:

@@ -9,6 +9,7 @@ from funnel.errors import ConfigError
 from funnel.generate.base import Generator
 from funnel.index import open_store
 from funnel.index.base import Store
+from funnel.ingest.walk import FileLimits
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
 from funnel.rerank.cache import CachedReranker
@@ -137,4 +138,5 @@ def build_pipeline(settings: Settings) -> Pipeline:
         generator=build_generator(build_chat(settings), embedder),
         config=config,
         max_tokens=settings.max_tokens,
+        limits=FileLimits.from_mb(settings.max_file_mb, settings.max_pdf_mb),
     )

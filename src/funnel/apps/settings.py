@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
+    max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
+    max_pdf_mb: float = Field(100.0, gt=0, description="ingest: larger PDFs are skipped")
     llm: str = Field("none", description="LLM for answers and triage: none | ollama:URL | openai:URL")
     llm_model: str | None = Field(None, description="model name sent to the LLM server")
     llm_api_key: SecretStr | None = Field(None, description="bearer token for an OpenAI-compatible server")

@@ -91,15 +91,28 @@ class DiscoveryResult:
         return source.path.relative_to(best).as_posix()
 
 
-def discover(
-    paths: list[Path], max_bytes: int = 2_000_000, max_pdf_bytes: int = 100_000_000
-) -> DiscoveryResult:
-    """Expand `paths` into loadable source files, in sorted order, with the reasons for what was skipped.
+@dataclass(frozen=True)
+class FileLimits:
+    """The largest file ingested, per kind (settings max_file_mb and max_pdf_mb).
 
     PDFs get their own, larger limit: a scanned-free annual report of a few MB is normal, a 5 MB
-    source file is generated data.
-    """
-    walker = _Walker(max_bytes=max_bytes, max_pdf_bytes=max_pdf_bytes)
+    source file is generated data."""
+
+    max_bytes: int = 2_000_000
+    max_pdf_bytes: int = 100_000_000
+
+    @classmethod
+    def from_mb(cls, file_mb: float, pdf_mb: float) -> FileLimits:
+        return cls(int(file_mb * 1_000_000), int(pdf_mb * 1_000_000))
+
+
+def discover(paths: list[Path], limits: FileLimits | None = None, max_bytes: int | None = None) -> DiscoveryResult:
+    """Expand `paths` into loadable source files, in sorted order, with the reasons for what was skipped.
+    `max_bytes` overrides the limit for files other than PDFs."""
+    limits = limits or FileLimits()
+    if max_bytes is not None:
+        limits = FileLimits(max_bytes, limits.max_pdf_bytes)
+    walker = _Walker(limits)
     roots: list[Path] = []
     removal_roots: list[Path] = []
     for given in paths:
@@ -195,9 +208,8 @@ def _size_text(n: int) -> str:
 class _Walker:
     """Collects files and problems across all named paths; de-duplicates by resolved path."""
 
-    def __init__(self, max_bytes: int, max_pdf_bytes: int):
-        self.max_bytes = max_bytes
-        self.max_pdf_bytes = max_pdf_bytes
+    def __init__(self, limits: FileLimits):
+        self.limits = limits
         self.files: dict[Path, SourceFile] = {}
         self.problems: list[IngestError] = []
         self.unlisted: list[Path] = []
@@ -281,9 +293,11 @@ class _Walker:
             return
         if kind[0] == "code" and not explicit and size <= SNIFF_BYTES and not head.strip():
             return  # an empty __init__.py is normal in a tree; an empty document's loader reports it
-        limit = self.max_pdf_bytes if kind[0] == "pdf" else self.max_bytes
+        is_pdf = kind[0] == "pdf"
+        limit = self.limits.max_pdf_bytes if is_pdf else self.limits.max_bytes
         if size > limit:
-            reason = f"too large ({_size_text(size)} > {_size_text(limit)} limit)"
+            setting = "max_pdf_mb" if is_pdf else "max_file_mb"
+            reason = f"too large ({_size_text(size)} > {_size_text(limit)} limit; raise the setting {setting})"
             self.problems.append(IngestError(report_as, reason))
             return
         self.files[resolved] = SourceFile(path=resolved, kind=kind[0], language=kind[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 
@@ -9,7 +10,7 @@ from funnel.embed.base import Embedder
 from funnel.config import parse_enum
 from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.retrieve.fusion import rrf
-from funnel.types import Candidate
+from funnel.types import Candidate, Chunk
 
 
 class Retrieval(str, Enum):
@@ -73,7 +74,7 @@ def fuse(
     """RRF of the two lists (either may be empty), top n_candidates, with every rank kept.
 
     `max_per_document` caps how many chunks one document may bring, so a long document cannot fill the
-    whole candidate window and leave fewer than k documents to return."""
+    whole candidate window and leave fewer than k documents to return (see `_cap`)."""
     by_id = {s.chunk.chunk_id: s.chunk for s in lexical + dense}
     bm25_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(lexical, start=1)}
     dense_rank = {s.chunk.chunk_id: (r, s.score) for r, s in enumerate(dense, start=1)}
@@ -82,15 +83,9 @@ def fuse(
         k=config.rrf_k,
         weights=[config.bm25_weight, config.dense_weight],
     )
+    past_cap: set[str] = set()
     if max_per_document is not None:
-        taken: dict[str, int] = {}
-        capped = []
-        for chunk_id, score in fused:
-            doc_id = by_id[chunk_id].doc_id
-            if taken.get(doc_id, 0) < max_per_document:
-                taken[doc_id] = taken.get(doc_id, 0) + 1
-                capped.append((chunk_id, score))
-        fused = capped
+        fused, past_cap = _cap(fused, by_id, n_candidates, max_per_document)
     candidates = []
     for rank, (chunk_id, score) in enumerate(fused[:n_candidates], start=1):
         b = bm25_rank.get(chunk_id, (None, None))
@@ -104,6 +99,28 @@ def fuse(
                 bm25_score=b[1],
                 dense_rank=d[0],
                 dense_score=d[1],
+                past_cap=chunk_id in past_cap,
             )
         )
     return candidates
+
+
+def _cap(
+    fused: list[tuple[str, float]], by_id: dict[str, Chunk], n_candidates: int, max_per_document: int
+) -> tuple[list[tuple[str, float]], set[str]]:
+    """The fused list cut to the window, at most `max_per_document` chunks of a document first.
+
+    The cap decides which chunks compete for the window when there are many documents. When it would
+    leave the window short (one or a few long documents: the main case of a PDF manual), the best chunks
+    past the cap fill it, so the window holds `n_candidates` chunks whenever the retrievers found that
+    many. The window keeps fused order. Returns it and the ids that went past the cap."""
+    taken: Counter[str] = Counter()
+    within: list[tuple[str, float]] = []
+    past: list[tuple[str, float]] = []
+    for item in fused:
+        doc_id = by_id[item[0]].doc_id
+        taken[doc_id] += 1
+        (within if taken[doc_id] <= max_per_document else past).append(item)
+    fill = {chunk_id for chunk_id, _ in past[: max(0, n_candidates - len(within))]}
+    keep = {chunk_id for chunk_id, _ in within[:n_candidates]} | fill
+    return [item for item in fused if item[0] in keep], fill

@@ -123,13 +123,15 @@ class DocumentHitOut(BaseModel):
     path: str
     title: str
     score: float
+    page: int | None = Field(None, description="set when the result is one page of its document "
+                             "(the search found fewer documents than k)")
     hits: list[HitOut]
 
     @classmethod
     def of(cls, doc: DocumentHit) -> DocumentHitOut:
         return cls(
             rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title, score=doc.score,
-            hits=[HitOut.of(h) for h in doc.hits],
+            page=doc.page, hits=[HitOut.of(h) for h in doc.hits],
         )
 
 
@@ -198,10 +200,11 @@ class SourceOut(BaseModel):
     document_id: str
     path: str
     title: str
+    page: int | None = None
 
     @classmethod
     def of(cls, doc: DocumentHit) -> SourceOut:
-        return cls(rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title)
+        return cls(rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title, page=doc.page)
 
 
 class AskResponse(BaseModel):
