@@ -13,6 +13,7 @@ from funnel.calibrate import DEFAULT_QUERIES, Calibration, calibrate
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, StoreError
 from funnel.generate.base import Generator
+from funnel.generate.context import with_continuations
 from funnel.group import group
 from funnel.index.base import Filter, Store
 from funnel.indexer import Indexer, IngestReport, Progress
@@ -219,7 +220,7 @@ class Pipeline:
         )
 
     def ask(self, question: str, k: int | None = None, policy: RerankPolicy | str | None = None) -> Answer:
-        result = self.search(question, k=k, policy=policy)
+        result = with_continuations(self.search(question, k=k, policy=policy), self.store)
         t0 = time.perf_counter()
         answer = self.generator.answer(result.query, result)
         result.timings_ms["generate"] = 1000 * (time.perf_counter() - t0)

@@ -16,6 +16,7 @@ from funnel.eval.beir import EvalSet
 from funnel.eval.questions import page_unit, source_key
 from funnel.eval.variants import Variant
 from funnel.generate.base import Generator
+from funnel.generate.context import with_continuations
 from funnel.group import group
 from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy, apply_policy, identity, second_stage
@@ -171,6 +172,7 @@ def run_eval(
                 # What `Pipeline.ask` answers from: the window's documents only.
                 documents = group(head_hits, config.k, config.chunks_per_document)
                 result = SearchResult(query, tuple(documents), tuple(head_hits), status)
+                result = with_continuations(result, pipeline.store)  # as `Pipeline.ask` does
                 text = generator.answer(query, result).text.lower()
                 runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
                 answer_ms += 1000 * (time.perf_counter() - ta)

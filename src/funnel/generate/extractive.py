@@ -15,6 +15,11 @@ from funnel.embed.base import Embedder
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
+# A line that starts a list item: a bullet, or a number or letter followed by "." or ")".
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•◦▪–·]\s+|\(?(?:\d{1,3}|[a-z])[.)]\s+)")
+# A lead-in ("...from the following sources, sorted by priority:") keeps at most this much of what follows.
+MAX_LEAD_IN_CHARS = 900
+MAX_LEAD_IN_ITEMS = 12
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     "a an the of in on at to for from by with and or not is are was were be been what which who whom "
@@ -29,36 +34,94 @@ def _terms(text: str) -> set[str]:
 
 
 def split_sentences(chunk: Chunk) -> list[str]:
-    """Sentences of prose, or whole lines of tables and code; the chunk's context line is skipped."""
+    """Sentences of prose, or whole lines of tables and code; the chunk's context line is skipped. A
+    sentence that leads in to a list or table ("...sorted by priority:") carries what follows it."""
+    return [text for text, _ in _units(chunk)]
+
+
+def _units(chunk: Chunk) -> list[tuple[str, bool]]:
+    """(text, dangling) per answer unit: dangling = a lead-in whose list did not follow in this chunk."""
     lines = chunk.text.splitlines()
     if chunk.context_line and lines and lines[0].strip() == chunk.context_line:
         lines = lines[1:]
     if chunk.section_kind.value != "prose":
-        return [line.strip() for line in lines if line.strip()]
-    sentences: list[str] = []
+        return [(line.strip(), False) for line in lines if line.strip()]
+    pieces: list[tuple[str, bool]] = []  # (text, is a list item)
     for paragraph in _paragraphs(lines):
-        sentences.extend(s.strip() for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
-    return sentences
+        if _LIST_ITEM.match(paragraph):
+            pieces.append((paragraph, True))
+            continue
+        pieces.extend((s.strip(), False) for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
+    return _with_lists(pieces)
+
+
+def _with_lists(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Each lead-in sentence (ending in a colon) joined with the list items after it (or, with no list,
+    the one sentence it introduces); list items and sentences stay units of their own as well."""
+    units: list[tuple[str, bool]] = []
+    for i, (text, is_item) in enumerate(pieces):
+        if not text.endswith(":"):
+            if len(_LIST_ITEM.sub("", text).split()) >= 3:
+                units.append((text, False))
+            continue
+        following = _list_after(pieces, i + 1)
+        units.append((" ".join([text, *following]), not following))
+    return units
+
+
+def _list_after(pieces: list[tuple[str, bool]], start: int) -> list[str]:
+    taken: list[str] = []
+    size = 0
+    for text, is_item in pieces[start:]:
+        if taken and not is_item:
+            break
+        if len(taken) == MAX_LEAD_IN_ITEMS or (taken and size + len(text) > MAX_LEAD_IN_CHARS):
+            break
+        taken.append(text)
+        size += len(text)
+        if not is_item:  # a lead-in to a single sentence
+            break
+    return taken
 
 
 def _paragraphs(lines: list[str]) -> list[str]:
     """Lines joined into paragraphs; a blank line or a title-like line (short, no final punctuation)
-    ends one, so a heading never glues itself to the sentence after it."""
+    ends one, so a heading never glues itself to the sentence after it. A list item starts one."""
     paragraphs: list[str] = []
     current: list[str] = []
     for line in (raw.strip() for raw in lines):
-        title_like = line and len(line.split()) <= 8 and line[-1] not in ".!?:;,"
-        if not line or title_like:
+        item = bool(_LIST_ITEM.match(line))
+        title_like = line and not item and len(line.split()) <= 8 and line[-1] not in ".!?:;,"
+        if not line or title_like or item:
             if current:
                 paragraphs.append(" ".join(current))
             current = []
             if title_like:
                 paragraphs.append(line)
+            if item:
+                current = [line]
             continue
         current.append(line)
     if current:
         paragraphs.append(" ".join(current))
     return paragraphs
+
+
+def _continued(pool: list[tuple[str, Chunk, bool]]) -> list[tuple[str, Chunk, bool]]:
+    """A lead-in left dangling at the end of its chunk takes the first units of the next chunk of the same
+    document when the search brought that chunk; a lead-in that stays dangling is never chosen."""
+    firsts: dict[tuple[str, int], list[str]] = {}
+    for text, chunk, _ in pool:
+        firsts.setdefault((chunk.doc_id, chunk.ordinal), []).append(text)
+    out = []
+    for text, chunk, dangling in pool:
+        if dangling:
+            following = firsts.get((chunk.doc_id, chunk.ordinal + 1))
+            if not following:
+                continue
+            text, dangling = " ".join([text, *following[:MAX_LEAD_IN_ITEMS]])[: MAX_LEAD_IN_CHARS * 2], False
+        out.append((text, chunk, dangling))
+    return out
 
 
 class ExtractiveGenerator:
@@ -75,10 +138,11 @@ class ExtractiveGenerator:
         self.keep_ratio = keep_ratio
 
     def answer(self, question: str, result: SearchResult) -> Answer:
-        pool: list[tuple[str, Chunk]] = []
+        units: list[tuple[str, Chunk, bool]] = []
         for document in result.documents:
             for hit in document.hits:
-                pool.extend((s, hit.chunk) for s in split_sentences(hit.chunk))
+                units.extend((text, hit.chunk, dangling) for text, dangling in _units(hit.chunk))
+        pool = [(text, chunk) for text, chunk, _ in _continued(units)]
         if not pool:
             return Answer(question, NOT_FOUND, (), self.name, result)
 

@@ -36,6 +36,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from funnel.generate.context import with_continuations
 from funnel.apps.api.collections import collection as get_collection
 from funnel.apps.api.conversations import Conversations, QueryRewriter, Turn, new_conversation_id
 from funnel.apps.api.metrics import STAGES
@@ -73,7 +74,8 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     t0 = time.perf_counter()
     search_query, how = rewriter.rewrite(body.question, conversations.history(conversation_id))
     rewrite_ms = 1000 * (time.perf_counter() - t0)
-    result = coll.search(search_query, k=body.k, policy=body.policy)
+    # The answer's context, as `Pipeline.ask` builds it: a lead-in's list comes with it.
+    result = with_continuations(coll.search(search_query, k=body.k, policy=body.policy), coll.store)
     timings = dict(result.timings_ms)
     if how != "none":
         timings["rewrite"] = rewrite_ms
