@@ -1,5 +1,12 @@
 """PDF loader (pdfplumber): prose per paragraph, tables as "Header: value | ..." rows, pages kept.
 
+Words are split where the gap between two characters exceeds 0.15 of the characters' size
+(`x_tolerance_ratio`), not pdfplumber's fixed 3 points: on 628 pages of 94 real PDFs from Debian packages the
+fixed tolerance glued words on 292 pages ("Thedefaultweightvalueis50"), the ratio on none
+(bench/pdf_extraction.py, BENCHMARKS.md). Lines repeated at the top or bottom of most pages (running
+headers, footers, page numbers) are dropped; a page set in columns is read column by column; ligatures
+(ﬁ, ﬂ) are expanded and a word hyphenated at a line end is rejoined.
+
 Tables are the reason this loader exists. Flattened to text, a table row loses its headers and a question
 like "who is the CEO of Zentara Robotics?" has nothing to match; as "Company: Zentara Robotics | CEO: Iris
 Kallas" the row answers it alone. Text inside a table's box is taken out of the prose so it is not
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +35,16 @@ _HEADING_MAX_CHARS = 120
 _PARAGRAPH_GAP_RATIO = 0.6
 # A table continued on the next page sits between the same left and right edges, to within this (points).
 _SAME_EDGE_POINTS = 3.0
+# Two characters further apart than this share of their size are two words (see the module docstring).
+_TEXT_OPTIONS = {"x_tolerance_ratio": 0.15}
+# Running headers and footers: a line in the top or bottom band of the page (this share of its height)
+# whose text, digits aside, recurs on at least this share of the pages (and on 3 pages or more).
+_MARGIN_BAND = 0.1
+_REPEATED_SHARE = 0.3
+# A column gutter: a vertical strip at least this wide (points), in the middle half of the page, that
+# almost no character crosses, with text on both sides of it on at least _COLUMN_LINES lines.
+_GUTTER_POINTS = 9.0
+_COLUMN_LINES = 6
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ class _Line:
     bottom: float
     size: float  # mean font size of its characters
     n_chars: int
+    in_margin: bool = False  # in the top or bottom band of the page, where running headers sit
 
 
 def load_pdf(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
@@ -89,7 +108,8 @@ def load_pdf(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
     except Exception as e:  # pdfminer raises a zoo of types for broken files; all mean the same here
         raise IngestError(display_path, _reason(e)) from e
     if not sections:
-        raise IngestError(display_path, "no extractable text (scanned or image-only PDF?)")
+        raise IngestError(display_path, "no extractable text: no text layer (a scanned or image-only PDF?); "
+                                        "funnel does not OCR, so run it through an OCR tool such as ocrmypdf first")
     document = Document(
         doc_id=doc_id,
         path=display_path,
@@ -124,7 +144,7 @@ def _reason(error: Exception) -> str:
 
 
 def _sections(pages: list[Any]) -> list[Section]:
-    read = [_read_page(page) for page in pages]
+    read = _without_running_lines([_read_page(page) for page in pages])
     # Body size is judged over the whole document, so a cover page holding only a big title still
     # reads as a heading rather than as the "body" of that page.
     body_size = _body_font_size([line for _, lines in read for line in lines])
@@ -198,7 +218,9 @@ def _normalised(cells: list[str]) -> list[str]:
 
 def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
     """The page's tables and its other text as lines; the page's caches are freed after."""
-    found = [(t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract())]
+    found = [
+        (t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract(**_TEXT_OPTIONS))
+    ]
     tables = [
         _Table(top=bbox[1], x0=bbox[0], x1=bbox[2], rows=[[cell or "" for cell in row] for row in rows])
         for bbox, rows in found
@@ -212,15 +234,96 @@ def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
         return not any(x0 <= cx <= x1 and top <= cy <= bottom for x0, top, x1, bottom in boxes)
 
     text_page = page.filter(outside_tables) if boxes else page
+    band = _MARGIN_BAND * float(page.height)
+    page_top, page_bottom = float(page.bbox[1]), float(page.bbox[3])
     lines = []
-    for raw in text_page.extract_text_lines():
-        text = " ".join(raw["text"].split())
-        chars = raw.get("chars") or []
-        if text:
-            size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
-            lines.append(_Line(text, top=raw["top"], bottom=raw["bottom"], size=size, n_chars=len(chars)))
+    for column in _columns(text_page):
+        for raw in column.extract_text_lines(**_TEXT_OPTIONS):
+            text = " ".join(raw["text"].split())
+            chars = raw.get("chars") or []
+            if text:
+                size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
+                margin = raw["bottom"] <= page_top + band or raw["top"] >= page_bottom - band
+                lines.append(_Line(text, raw["top"], raw["bottom"], size, len(chars), margin))
     page.close()  # pdfplumber keeps every parsed object of a page until closed; long PDFs add up
     return tables, lines
+
+
+def _columns(page: Any, depth: int = 0) -> list[Any]:
+    """The page's columns, left to right (the page itself when it is not set in columns)."""
+    chars = page.chars
+    x0, x1 = float(page.bbox[0]), float(page.bbox[2])
+    width = x1 - x0
+    if depth >= 2 or len(chars) < 100 or width < 4 * _GUTTER_POINTS:
+        return [page]
+    lines = _line_spans(chars)
+    crossing = [0] * int(width + 2)
+    for spans in lines:
+        for left, right in spans:
+            for x in range(max(0, int(left - x0)), min(len(crossing), int(right - x0) + 1)):
+                crossing[x] += 1
+    allowed = max(1, len(lines) // 30)  # a title or rule that runs across the gutter
+    best: tuple[int, int] | None = None
+    start = None
+    for x in range(int(width * 0.25), int(width * 0.75) + 1):
+        if crossing[x] <= allowed:
+            start = x if start is None else start
+            if best is None or x - start > best[1] - best[0]:
+                best = (start, x)
+        else:
+            start = None
+    if best is None or best[1] - best[0] < _GUTTER_POINTS:
+        return [page]
+    gutter = x0 + (best[0] + best[1]) / 2
+    both_sides = sum(
+        1 for spans in lines
+        if any(right < gutter for _, right in spans) and any(left > gutter for left, _ in spans)
+    )
+    if both_sides < _COLUMN_LINES:
+        return [page]
+    top, bottom = float(page.bbox[1]), float(page.bbox[3])
+    left = page.crop((x0, top, gutter, bottom), strict=False)
+    right = page.crop((gutter, top, x1, bottom), strict=False)
+    return _columns(left, depth + 1) + _columns(right, depth + 1)
+
+
+def _line_spans(chars: list[dict[str, Any]]) -> list[list[tuple[float, float]]]:
+    """Per text line (characters grouped by their top, to 2 points), the x-spans of its words."""
+    rows: dict[int, list[tuple[float, float]]] = {}
+    for ch in chars:
+        if ch.get("text", "").strip():
+            rows.setdefault(round(float(ch["top"]) / 2), []).append((float(ch["x0"]), float(ch["x1"])))
+    spans_per_line = []
+    for row in rows.values():
+        row.sort()
+        spans: list[tuple[float, float]] = []
+        for left, right in row:
+            gap = max(1.0, 0.3 * (right - left) * 2)
+            if spans and left - spans[-1][1] <= gap:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], right))
+            else:
+                spans.append((left, right))
+        spans_per_line.append(spans)
+    return spans_per_line
+
+
+def _without_running_lines(read: list[tuple[list[_Table], list[_Line]]]) -> list[tuple[list[_Table], list[_Line]]]:
+    """Drop running headers and footers: margin lines whose text, digits aside, recurs on many pages."""
+    if len(read) < 3:
+        return read
+    pages_with: Counter[str] = Counter()
+    for _, lines in read:
+        pages_with.update({_shape(line.text) for line in lines if line.in_margin})
+    least = max(3, _REPEATED_SHARE * len(read))
+    running = {shape for shape, n in pages_with.items() if n >= least}
+    if not running:
+        return read
+    return [(tables, [ln for ln in lines if not (ln.in_margin and _shape(ln.text) in running)]) for tables, lines in read]
+
+
+def _shape(text: str) -> str:
+    """A line's text with its numbers (page numbers, dates) and case set aside."""
+    return re.sub(r"\d+", "#", text.lower()).strip()
 
 
 def _is_real_table(rows: list[list[str | None]]) -> bool:

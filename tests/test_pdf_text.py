@@ -1,0 +1,74 @@
+"""PDF text as a reader sees it: words apart, running headers gone, columns in order (issue 16, part 2)."""
+
+from pathlib import Path
+
+import pytest
+
+from funnel.ingest.pdf import load_pdf
+
+canvas_module = pytest.importorskip("reportlab.pdfgen.canvas")
+from reportlab.pdfbase.pdfmetrics import stringWidth  # noqa: E402
+
+
+def _words(c, x: float, y: float, words: list[str], gap: float, size: float = 10) -> None:
+    """Draw each word on its own, `gap` points apart: as many PDF producers place text."""
+    for word in words:
+        c.drawString(x, y, word)
+        x += stringWidth(word, "Helvetica", size) + gap
+
+
+def _text(path: Path) -> str:
+    return "\n".join(s.text for s in load_pdf(path, "d", path.name).sections)
+
+
+def test_words_set_with_narrow_gaps_stay_apart(tmp_path):
+    # A 2-point gap at 10-point type: under pdfplumber's fixed 3-point tolerance this came out as
+    # "Thedefaultweightvalueis50,andthemaximumis100" (the shared-mime-info spec, p.4).
+    path = tmp_path / "spec.pdf"
+    c = canvas_module.Canvas(str(path))
+    c.setFont("Helvetica", 10)
+    _words(c, 72, 700, "The default weight value is 50, and the maximum is 100.".split(), gap=2.0)
+    c.save()
+    assert "The default weight value is 50, and the maximum is 100." in _text(path)
+
+
+def test_running_headers_footers_and_page_numbers_are_dropped(tmp_path):
+    path = tmp_path / "manual.pdf"
+    c = canvas_module.Canvas(str(path))  # A4-ish letter: 612 x 792
+    for page in range(1, 6):
+        c.setFont("Helvetica", 9)
+        c.drawString(72, 770, "GNU Libtasn1 Reference Manual")
+        c.drawString(300, 30, f"Page {page} of 5")
+        c.setFont("Helvetica", 11)
+        c.drawString(72, 600, f"Body text of page {page} explains function number {page}.")
+        c.showPage()
+    c.save()
+    sections = load_pdf(path, "d", "manual.pdf").sections
+    text = "\n".join(s.text for s in sections)
+    assert "Reference Manual" not in text and "of 5" not in text
+    assert all(f"Body text of page {p} explains function number {p}." in text for p in range(1, 6))
+    assert sorted({s.page for s in sections}) == [1, 2, 3, 4, 5]
+
+
+def test_a_two_column_page_is_read_column_by_column(tmp_path):
+    path = tmp_path / "columns.pdf"
+    c = canvas_module.Canvas(str(path))
+    c.setFont("Helvetica", 10)
+    left = [f"Left column line {i} tells the first story." for i in range(12)]
+    right = [f"Right column line {i} tells another story." for i in range(12)]
+    for i, (a, b) in enumerate(zip(left, right)):
+        c.drawString(50, 700 - 14 * i, a)
+        c.drawString(330, 700 - 14 * i, b)
+    c.save()
+    text = _text(path)
+    assert " ".join(left) in text and " ".join(right) in text  # each column whole, not line by line mixed
+
+
+def test_a_page_without_columns_is_not_split(tmp_path):
+    path = tmp_path / "plain.pdf"
+    c = canvas_module.Canvas(str(path))
+    c.setFont("Helvetica", 10)
+    for i in range(12):
+        c.drawString(50, 700 - 14 * i, f"A full line {i} that runs from the left margin far across the page to the right.")
+    c.save()
+    assert "A full line 0 that runs from the left margin far across the page to the right." in _text(path)
