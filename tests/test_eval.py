@@ -6,6 +6,7 @@ import math
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -212,6 +213,9 @@ def test_every_expected_answer_is_in_its_source_text():
          "question 2: duplicate id 'a'"),
         ("questions:\n  - {question: x, answer_contains: [1, 2]}\n", "answer_contains: expected a string"),
         ("questions:\n  - {question: x, sources: a.txt}\n", "no documents to search"),
+        ("questions:\n  - {question: x, sources: [a.pdf, b.pdf], page: 2}\n", "'page' needs exactly one entry"),
+        ("questions:\n  - {question: x, sources: a.pdf, page: second}\n", "'page' must be a page number"),
+        ("questions:\n  - {question: x, sources: a.pdf, page: [0]}\n", "'page' must be a page number"),
     ],
 )
 def test_bad_question_sets_are_config_errors(tmp_path, content, message):
@@ -517,6 +521,67 @@ def test_a_question_set_is_judged_by_file_and_by_answer(tmp_path):
     scores = report.score(run, "hybrid")
     assert set(scores.values["hybrid"]["ndcg@10"]) == {"ceo", "worm"}  # "moon" has no sources to rank
     assert scores.means["hybrid"]["answers_passed"] == pytest.approx(2 / 3)
+
+
+def _three_page_manual(path: Path) -> None:
+    canvas = pytest.importorskip("reportlab.pdfgen.canvas")
+    c = canvas.Canvas(str(path))
+    for text in ("Installing the anvil needs a concrete floor.", "The anvil weighs ninety kilograms.",
+                 "Anvils are painted red at the factory."):
+        c.drawString(72, 700, text)
+        c.showPage()
+    c.save()
+
+
+def test_a_question_set_is_judged_by_page_and_limit_keeps_only_its_questions(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _three_page_manual(docs / "anvil.pdf")
+    (tmp_path / "qs.yaml").write_text(
+        "documents: docs\nquestions:\n"
+        "  - {id: weight, question: 'How many kilograms does the anvil weigh?', sources: anvil.pdf, page: 2,\n"
+        "     answer_contains: ninety kilograms}\n"
+        "  - {id: colour, question: 'What colour are anvils painted?', sources: anvil.pdf, page: [3],\n"
+        "     answer_contains: red}\n"
+    )
+    suite = open_suite(tmp_path / "qs.yaml")
+    assert suite.evalset.pages == {"weight": {"anvil.pdf#p2": 1}, "colour": {"anvil.pdf#p3": 1}}
+    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(), config=SearchConfig(k=3))
+    build_index(p, suite)
+    run = run_eval(p, suite.evalset, parse_variants("bm25"), generator=p.generator)
+    assert run.variants["bm25"].page_rankings["weight"][0] == "anvil.pdf#p2"
+    results = report.results_json(report.score(run, "bm25"), [])
+    assert results["variants"]["bm25"]["page_hit@1"] == 1.0
+    assert results["per_query"]["bm25"]["colour"]["page_rank"] == 1
+    assert "| weight | p@1 ✓ |" in report.markdown(results)
+    limited = open_suite(tmp_path / "qs.yaml", limit=1).evalset
+    assert list(limited.pages) == ["weight"] and list(limited.answers) == ["weight"]
+
+
+def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tmp_path):
+    from funnel.generate.extractive import ExtractiveGenerator
+    from funnel.generate.llm import FallbackGenerator, LlmGenerator
+    from funnel.generate.openai_compat import OpenAIChat
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "acme.txt").write_text("The CEO of Acme is Jane Roe.\n")
+    (tmp_path / "qs.yaml").write_text(
+        "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
+    )
+    suite = open_suite(tmp_path / "qs.yaml")
+    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder())
+    build_index(p, suite)
+    with socket.socket() as s:  # a port nothing listens on: the LLM is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    llm = LlmGenerator(OpenAIChat(f"http://127.0.0.1:{port}/v1", model="m", timeout=2))
+    generator = FallbackGenerator(llm, ExtractiveGenerator(p.embedder))
+    run = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=generator)
+    assert run.variants["hybrid"].passed == {"q1": True}  # the extractive answer stood in ...
+    entry = report.results_json(report.score(run, "hybrid"), [])["variants"]["hybrid"]
+    assert entry["answer_fallbacks"] == 1  # ... and the results say so
+    assert all(str(port) in why for why in entry["answer_fallback_reasons"])
 
 
 # --- seed 001, replayed on the sample corpus with the real embedder -------------------------------------

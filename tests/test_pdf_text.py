@@ -72,3 +72,15 @@ def test_a_page_without_columns_is_not_split(tmp_path):
         c.drawString(50, 700 - 14 * i, f"A full line {i} that runs from the left margin far across the page to the right.")
     c.save()
     assert "A full line 0 that runs from the left margin far across the page to the right." in _text(path)
+
+
+def test_a_long_pdf_reports_its_pages_as_it_reads_them(tmp_path):
+    path = tmp_path / "long.pdf"
+    c = canvas_module.Canvas(str(path))
+    for page in range(1, 8):
+        c.drawString(72, 700, f"Page body number {page} with some words.")
+        c.showPage()
+    c.save()
+    heard = []
+    load_pdf(path, "d", "long.pdf", lambda name, read, total: heard.append((name, read, total)))
+    assert heard == [("long.pdf", n, 7) for n in range(1, 8)]

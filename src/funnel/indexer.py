@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 BATCH = 256
 
 Progress = Callable[[int, int], None]  # (documents done, documents to do)
+PageProgress = Callable[[str, int, int], None]  # (document path, pages read, pages) while a PDF loads
 
 
 @dataclass
@@ -96,8 +97,11 @@ class Indexer:
     def _fingerprint(self, content_hash: str) -> str:
         return f"{content_hash}:{self.embedder.name}:{self.max_tokens}"
 
-    def ingest_paths(self, paths: list[Path], progress: Progress | None = None) -> IngestReport:
-        """Ingest files and folders. Files gone from a folder named here leave the index."""
+    def ingest_paths(
+        self, paths: list[Path], progress: Progress | None = None, pages: PageProgress | None = None
+    ) -> IngestReport:
+        """Ingest files and folders. Files gone from a folder named here leave the index. `pages` hears
+        how far a long PDF has been read, page by page."""
         started = time.perf_counter()
         found = discover([Path(p) for p in paths], self.limits)
         report = IngestReport(problems=list(found.problems))
@@ -117,7 +121,7 @@ class Indexer:
                 if stored.get(doc_id) == fingerprint:
                     report.unchanged += 1
                     continue
-                load_it = lambda s=source, d=doc_id: load(s, d, display_path(s.path))  # noqa: E731
+                load_it = lambda s=source, d=doc_id: load(s, d, display_path(s.path), pages)  # noqa: E731
                 pending.append(_Pending(doc_id, fingerprint, doc_id not in stored, load_it))
             # Only folders the user named lose documents, and never under a folder we could not list.
             roots = [_prefix(r) for r in found.removal_roots]

@@ -16,7 +16,7 @@ from funnel.generate.base import Generator
 from funnel.generate.context import with_continuations
 from funnel.group import group
 from funnel.index.base import Filter, Store
-from funnel.indexer import Indexer, IngestReport, Progress
+from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import RerankPolicy, second_stage
@@ -151,8 +151,10 @@ class Pipeline:
             return ResolvedPolicy(RerankPolicy.NONE, 0.0, label, f"calibration: {calibration.reason}")
         return ResolvedPolicy(calibration.policy, calibration.weight, label)
 
-    def ingest(self, paths: list[str | Path], progress: Progress | None = None) -> IngestReport:
-        return self.indexer.ingest_paths([Path(p) for p in paths], progress)
+    def ingest(
+        self, paths: list[str | Path], progress: Progress | None = None, pages: PageProgress | None = None
+    ) -> IngestReport:
+        return self.indexer.ingest_paths([Path(p) for p in paths], progress, pages)
 
     def search(
         self,

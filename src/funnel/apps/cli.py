@@ -91,10 +91,17 @@ def ingest(
         pipeline = build_pipeline(settings)
         with Progress(
             TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=err, transient=True, disable=not err.is_terminal,
+            TextColumn("{task.fields[document]}"), console=err, transient=True, disable=not err.is_terminal,
         ) as bar:
-            task = bar.add_task("ingest", total=None)
-            report = pipeline.ingest([Path(p) for p in paths], progress=lambda done, total: bar.update(task, completed=done, total=total))
+            task = bar.add_task("ingest", total=None, document="")
+
+            def pages(path: str, read: int, total: int) -> None:  # a long PDF shows how far it is
+                bar.update(task, document=f"{path} p.{read}/{total}" if read < total else "")
+
+            report = pipeline.ingest(
+                [Path(p) for p in paths], progress=lambda done, total: bar.update(task, completed=done, total=total),
+                pages=pages,
+            )
     except KeyboardInterrupt:
         err.print("interrupted: the index holds the last ingest that completed")
         raise typer.Exit(130) from None

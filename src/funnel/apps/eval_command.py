@@ -82,6 +82,11 @@ def run_eval_command(
         chosen = results["calibration"]
         console.print(f"default: second stage {chosen['option']} — {chosen['reason']}", highlight=False)
     _print_table(results, console)
+    for name, entry in results["variants"].items():
+        if entry.get("answer_fallbacks"):
+            reasons = "; ".join(f"{why} ({n})" for why, n in entry["answer_fallback_reasons"].items())
+            err_console.print(f"[yellow]warning:[/yellow] {name}: the LLM failed on {entry['answer_fallbacks']} "
+                              f"answers and the extractive answer stood in: {reasons}", highlight=False)
     paths = report.write(results, out)
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     return failures

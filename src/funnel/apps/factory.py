@@ -114,7 +114,7 @@ def search_config(settings: Settings) -> SearchConfig:
     )
 
 
-def build_generator(chat, embedder: Embedder) -> Generator:
+def build_generator(chat, embedder: Embedder, context_tokens: int = 3000, answer_tokens: int = 512) -> Generator:
     """The answer generator: the chat LLM (`build_chat`) with the extractive answer as its fallback, or the
     extractive answer alone when there is no LLM. Cheap: connects to nothing."""
     from funnel.generate.extractive import ExtractiveGenerator
@@ -124,7 +124,8 @@ def build_generator(chat, embedder: Embedder) -> Generator:
         return extractive
     from funnel.generate.llm import FallbackGenerator, LlmGenerator
 
-    return FallbackGenerator(LlmGenerator(chat), extractive)
+    llm = LlmGenerator(chat, context_tokens=context_tokens, max_answer_tokens=answer_tokens)
+    return FallbackGenerator(llm, extractive)
 
 
 def build_pipeline(settings: Settings) -> Pipeline:
@@ -135,7 +136,9 @@ def build_pipeline(settings: Settings) -> Pipeline:
         store=store,
         embedder=embedder,
         reranker=reranker_from_settings(settings),
-        generator=build_generator(build_chat(settings), embedder),
+        generator=build_generator(
+            build_chat(settings), embedder, settings.llm_context_tokens, settings.llm_answer_tokens
+        ),
         config=config,
         max_tokens=settings.max_tokens,
         limits=FileLimits.from_mb(settings.max_file_mb, settings.max_pdf_mb),

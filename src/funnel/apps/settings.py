@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(None, description="bearer token for an OpenAI-compatible server")
     llm_completion: bool = Field(False, description="base model without a chat template: use /v1/completions")
     llm_timeout_s: float = Field(60.0, gt=0)
+    llm_context_tokens: int = Field(3000, ge=100, description="passages sent to the LLM, in tokens (approx.)")
+    llm_answer_tokens: int = Field(512, ge=8, description="longest LLM answer, in tokens")
     repo: Path | None = Field(None, description="triage: the repository root (read_file is confined to it)")
     slack_webhook_url: SecretStr | None = Field(None, description="triage: Slack incoming-webhook URL")
     incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")

@@ -103,6 +103,9 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
         if vr.fallbacks:
             entry["rerank_fallbacks"] = sum(vr.fallbacks.values())
             entry["fallback_reasons"] = dict(vr.fallbacks)
+        if vr.answer_fallbacks:  # the LLM failed and the extractive answer stood in: say so, loudly
+            entry["answer_fallbacks"] = sum(vr.answer_fallbacks.values())
+            entry["answer_fallback_reasons"] = dict(vr.answer_fallbacks)
         variants[name] = entry
     per_query_out = {}
     for name, metrics in scores.values.items():

@@ -33,6 +33,7 @@ class VariantRun:
     page_rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> "file.pdf#p3" units, best first
     passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
     fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
+    answer_fallbacks: Counter = field(default_factory=Counter)  # LLM failure -> answers given by the fallback
     skipped_reason: str = ""
 
 
@@ -173,7 +174,10 @@ def run_eval(
                 documents = group(head_hits, config.k, config.chunks_per_document)
                 result = SearchResult(query, tuple(documents), tuple(head_hits), status)
                 result = with_continuations(result, pipeline.store)  # as `Pipeline.ask` does
-                text = generator.answer(query, result).text.lower()
+                answer = generator.answer(query, result)
+                if answer.fallback_reason:
+                    runs[v.name].answer_fallbacks[answer.fallback_reason.split(":", 1)[-1].strip()[:100]] += 1
+                text = answer.text.lower()
                 runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
                 answer_ms += 1000 * (time.perf_counter() - ta)
         t3 = time.perf_counter()

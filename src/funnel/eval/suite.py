@@ -75,7 +75,11 @@ def _limited(evalset: EvalSet, limit: int | None) -> EvalSet:
     if not limit:
         return evalset
     queries = dict(list(evalset.queries.items())[:limit])
-    return replace(evalset, queries=queries, qrels={q: evalset.qrels[q] for q in queries})
+    return replace(
+        evalset, queries=queries, qrels={q: evalset.qrels[q] for q in queries},
+        pages={q: p for q, p in evalset.pages.items() if q in queries},
+        answers={q: a for q, a in evalset.answers.items() if q in queries},
+    )
 
 
 def _judged_records(evalset: EvalSet) -> list[str]:

@@ -26,11 +26,12 @@ __all__ = [
 ]
 
 
-def load(source: SourceFile, doc_id: str, display_path: str) -> LoadedDocument:
-    """Load one discovered file with the loader for its kind; `IngestError` for a file it cannot read."""
+def load(source: SourceFile, doc_id: str, display_path: str, pages=None) -> LoadedDocument:
+    """Load one discovered file with the loader for its kind; `IngestError` for a file it cannot read.
+    `pages(display_path, read, total)` hears a PDF's progress."""
     path = Path(source.path)
     if source.kind == "pdf":
-        return load_pdf(path, doc_id, display_path)
+        return load_pdf(path, doc_id, display_path, pages)
     if source.kind == "markdown":
         return load_markdown(path, doc_id, display_path)
     if source.kind == "code":

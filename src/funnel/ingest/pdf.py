@@ -94,7 +94,8 @@ class _Line:
     in_margin: bool = False  # in the top or bottom band of the page, where running headers sit
 
 
-def load_pdf(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
+def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDocument:
+    """The PDF's sections; `pages(display_path, read, total)` is told after each page (long manuals)."""
     pdfplumber = _import_pdfplumber()
     try:
         raw = path.read_bytes()
@@ -102,7 +103,8 @@ def load_pdf(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
         raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
     try:
         with pdfplumber.open(path) as pdf:
-            sections = _sections(pdf.pages)
+            on_page = (lambda read, total: pages(display_path, read, total)) if pages else None
+            sections = _sections(pdf.pages, on_page)
     except IngestError:
         raise
     except Exception as e:  # pdfminer raises a zoo of types for broken files; all mean the same here
@@ -143,8 +145,13 @@ def _reason(error: Exception) -> str:
     return f"not a readable PDF ({detail})"
 
 
-def _sections(pages: list[Any]) -> list[Section]:
-    read = _without_running_lines([_read_page(page) for page in pages])
+def _sections(pages: list[Any], on_page=None) -> list[Section]:
+    read = []
+    for number, page in enumerate(pages, start=1):
+        read.append(_read_page(page))
+        if on_page:
+            on_page(number, len(pages))
+    read = _without_running_lines(read)
     # Body size is judged over the whole document, so a cover page holding only a big title still
     # reads as a heading rather than as the "body" of that page.
     body_size = _body_font_size([line for _, lines in read for line in lines])

@@ -55,7 +55,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     chat = build_chat(settings)
     embedder_spec = settings.embedder or DEFAULT
     embedder = LazyEmbedder(lambda: load_embedder(embedder_spec, settings.threads))
-    generator = build_generator(chat, embedder)
+    generator = build_generator(chat, embedder, settings.llm_context_tokens, settings.llm_answer_tokens)
     library = Library(
         settings.data_dir,
         Services(
