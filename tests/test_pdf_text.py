@@ -84,3 +84,43 @@ def test_a_long_pdf_reports_its_pages_as_it_reads_them(tmp_path):
     heard = []
     load_pdf(path, "d", "long.pdf", lambda name, read, total: heard.append((name, read, total)))
     assert heard == [("long.pdf", n, 7) for n in range(1, 8)]
+
+
+def test_a_rotated_page_is_read(tmp_path):
+    path = tmp_path / "rotated.pdf"
+    c = canvas_module.Canvas(str(path))
+    c.drawString(72, 700, "An upright page about flanges.")
+    c.showPage()
+    c.setPageRotation(90)
+    c.drawString(72, 700, "A rotated page about gaskets and seals.")
+    c.showPage()
+    c.save()
+    sections = load_pdf(path, "d", "rotated.pdf").sections
+    assert [(s.page, s.text) for s in sections] == [
+        (1, "An upright page about flanges."), (2, "A rotated page about gaskets and seals.")
+    ]
+
+
+def test_damaged_pdfs_load_or_fail_with_one_line(tmp_path):
+    # Bytes flipped inside a real PDF (fonts, content streams, the xref): each either loads or is one
+    # IngestError line; never another exception, never a traceback.
+    import random
+
+    from funnel.errors import IngestError
+
+    original = (Path(__file__).resolve().parents[1] / "samples" / "docs" / "portfolio_companies.pdf").read_bytes()
+    rng = random.Random(16)
+    outcomes = {"loaded": 0, "refused": 0}
+    for n in range(40):
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 8, 64])):
+            data[rng.randrange(16, len(data))] = rng.randrange(256)
+        path = tmp_path / f"damaged{n}.pdf"
+        path.write_bytes(bytes(data))
+        try:
+            load_pdf(path, "d", path.name)
+            outcomes["loaded"] += 1
+        except IngestError as e:
+            assert "\n" not in str(e) and str(e).startswith(path.name)
+            outcomes["refused"] += 1
+    assert outcomes["loaded"] + outcomes["refused"] == 40
