@@ -104,7 +104,8 @@ def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDo
     try:
         with pdfplumber.open(path) as pdf:
             on_page = (lambda read, total: pages(display_path, read, total)) if pages else None
-            sections = _sections(pdf.pages, on_page)
+            with _SecondOpinion(path) as second:
+                sections = _sections(pdf.pages, on_page, second)
     except IngestError:
         raise
     except Exception as e:  # pdfminer raises a zoo of types for broken files; all mean the same here
@@ -145,10 +146,13 @@ def _reason(error: Exception) -> str:
     return f"not a readable PDF ({detail})"
 
 
-def _sections(pages: list[Any], on_page=None) -> list[Section]:
+def _sections(pages: list[Any], on_page=None, second: _SecondOpinion | None = None) -> list[Section]:
     read = []
     for number, page in enumerate(pages, start=1):
-        read.append(_read_page(page))
+        tables, lines = _read_page(page)
+        if second is not None and _garbled(lines):
+            tables, lines = [], second.lines(number - 1) or lines
+        read.append((tables, lines))
         if on_page:
             on_page(number, len(pages))
     read = _without_running_lines(read)
@@ -254,6 +258,45 @@ def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
                 lines.append(_Line(text, raw["top"], raw["bottom"], size, len(chars), margin))
     page.close()  # pdfplumber keeps every parsed object of a page until closed; long PDFs add up
     return tables, lines
+
+
+def _garbled(lines: list[_Line]) -> bool:
+    """Whether pdfminer read the page as letters apart ("C", "h a p t e r"): fonts whose size it gets wrong
+    (Type 3 fonts scaled by their matrix, as in Graphviz's guides). Most words of real text are longer."""
+    tokens = [token for line in lines for token in line.text.split()]
+    return len(tokens) >= 20 and sum(len(t) == 1 for t in tokens) > 0.5 * len(tokens)
+
+
+class _SecondOpinion:
+    """Pages pdfminer garbles are read again with pdfium (pypdfium2, which pdfplumber installs): on 628 pages
+    of 94 real PDFs its words agree with pdftotext on every page (F1 >= 0.9), pdfminer's on all but the
+    35 pages set in such fonts. Its text has no tables or font sizes, so it is the second opinion only.
+    Opened on the first garbled page."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.document: Any = None
+
+    def __enter__(self) -> _SecondOpinion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.document is not None:
+            self.document.close()
+
+    def lines(self, index: int) -> list[_Line]:
+        try:
+            if self.document is None:
+                import pypdfium2
+
+                self.document = pypdfium2.PdfDocument(str(self.path))
+            text = self.document[index].get_textpage().get_text_range()
+        except Exception:  # no second opinion: keep what pdfminer read
+            return []
+        rows = [" ".join(row.split()) for row in text.splitlines()]
+        # No geometry: one line a row, 12 points apart, so paragraphs are cut by the chunker, not by gaps.
+        return [_Line(row, top=12.0 * i, bottom=12.0 * i + 10, size=0.0, n_chars=len(row))
+                for i, row in enumerate(rows) if row]
 
 
 def _columns(page: Any, depth: int = 0) -> list[Any]:
