@@ -263,8 +263,8 @@ def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
 def _garbled(lines: list[_Line]) -> bool:
     """Whether pdfminer read the page as letters apart ("C", "h a p t e r"): fonts whose size it gets wrong
     (Type 3 fonts scaled by their matrix, as in Graphviz's guides). Most words of real text are longer."""
-    tokens = [token for line in lines for token in line.text.split()]
-    return len(tokens) >= 20 and sum(len(t) == 1 for t in tokens) > 0.5 * len(tokens)
+    words = [token for line in lines for token in line.text.split() if any(c.isalpha() for c in token)]
+    return len(words) >= 20 and sum(len(w) == 1 for w in words) > 0.7 * len(words)
 
 
 class _SecondOpinion:
