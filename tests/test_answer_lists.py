@@ -58,3 +58,25 @@ def test_a_lead_in_ending_its_chunk_brings_the_next_chunk_into_the_answer(tmp_pa
     answer = ExtractiveGenerator(embedder).answer(QUESTION, completed)
     assert LEAD_IN in answer.text and "Command line flags" in answer.text and "Default configs" in answer.text
     assert with_continuations(completed, store).documents == completed.documents  # held already: no repeat
+
+
+def test_a_lead_in_to_sub_sections_is_answered_with_their_headings(tmp_path):
+    # npm's config.md: the lead-in ends its section, and the "list" is the four sub-sections after it.
+    from funnel.pipeline import Pipeline
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    body = "Some words about this source that go on for a while and say little. " * 3
+    (docs / "config.md").write_text(
+        "# config\n\n### Description\n\nThis article details npm configuration in general.\n\n"
+        "npm gets its configuration values from the following sources, sorted by priority:\n\n"
+        + "".join(f"#### {name}\n\n{body}\n\n" for name in
+                  ["Command Line Flags", "Environment Variables", "npmrc Files", "Default Configs"])
+        + "### Shorthands\n\nThe following shorthands are parsed on the command line.\n"
+    )
+    pipeline = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=64))
+    pipeline.ingest([docs])
+    answer = pipeline.ask("npm configuration values sources sorted by priority")
+    assert ("sorted by priority: - Command Line Flags - Environment Variables - npmrc Files - Default Configs"
+            in answer.text)
+    assert "Shorthands" not in answer.text

@@ -41,18 +41,25 @@ def split_sentences(chunk: Chunk) -> list[str]:
 
 def _units(chunk: Chunk) -> list[tuple[str, bool]]:
     """(text, dangling) per answer unit: dangling = a lead-in whose list did not follow in this chunk."""
+    if chunk.section_kind.value != "prose":
+        return [(text, False) for text, _ in _pieces(chunk)]
+    return _with_lists(_pieces(chunk))
+
+
+def _pieces(chunk: Chunk) -> list[tuple[str, bool]]:
+    """(text, is a list item): sentences and list items of prose, whole lines of tables and code."""
     lines = chunk.text.splitlines()
     if chunk.context_line and lines and lines[0].strip() == chunk.context_line:
         lines = lines[1:]
     if chunk.section_kind.value != "prose":
         return [(line.strip(), False) for line in lines if line.strip()]
-    pieces: list[tuple[str, bool]] = []  # (text, is a list item)
+    pieces: list[tuple[str, bool]] = []
     for paragraph in _paragraphs(lines):
         if _LIST_ITEM.match(paragraph):
             pieces.append((paragraph, True))
             continue
-        pieces.extend((s.strip(), False) for s in _SENTENCE_END.split(paragraph) if len(s.split()) >= 3)
-    return _with_lists(pieces)
+        pieces.extend((s.strip(), False) for s in _SENTENCE_END.split(paragraph) if s.strip())
+    return pieces
 
 
 def _with_lists(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
@@ -60,9 +67,10 @@ def _with_lists(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
     the one sentence it introduces); list items and sentences stay units of their own as well."""
     units: list[tuple[str, bool]] = []
     for i, (text, is_item) in enumerate(pieces):
+        if len(_LIST_ITEM.sub("", text).split()) < 3:  # "1.", "Example:": too short to answer anything
+            continue
         if not text.endswith(":"):
-            if len(_LIST_ITEM.sub("", text).split()) >= 3:
-                units.append((text, False))
+            units.append((text, False))
             continue
         following = _list_after(pieces, i + 1)
         units.append((" ".join([text, *following]), not following))
@@ -108,18 +116,18 @@ def _paragraphs(lines: list[str]) -> list[str]:
 
 
 def _continued(pool: list[tuple[str, Chunk, bool]]) -> list[tuple[str, Chunk, bool]]:
-    """A lead-in left dangling at the end of its chunk takes the first units of the next chunk of the same
-    document when the search brought that chunk; a lead-in that stays dangling is never chosen."""
-    firsts: dict[tuple[str, int], list[str]] = {}
-    for text, chunk, _ in pool:
-        firsts.setdefault((chunk.doc_id, chunk.ordinal), []).append(text)
+    """A lead-in left dangling at the end of its chunk takes the list (or sentence) that opens the next
+    chunk of the same document, when the context holds that chunk (`funnel.generate.context`); a lead-in
+    that stays dangling is never chosen."""
+    chunks = {(chunk.doc_id, chunk.ordinal): chunk for _, chunk, _ in pool}
     out = []
     for text, chunk, dangling in pool:
         if dangling:
-            following = firsts.get((chunk.doc_id, chunk.ordinal + 1))
-            if not following:
+            following = chunks.get((chunk.doc_id, chunk.ordinal + 1))
+            items = _list_after(_pieces(following), 0) if following is not None else []
+            if not items:
                 continue
-            text, dangling = " ".join([text, *following[:MAX_LEAD_IN_ITEMS]])[: MAX_LEAD_IN_CHARS * 2], False
+            text, dangling = " ".join([text, *items]), False
         out.append((text, chunk, dangling))
     return out
 
