@@ -136,3 +136,17 @@ def test_a_page_pdfminer_reads_as_letters_apart_is_read_again_with_pdfium():
         assert _garbled(_read_page(pdf.pages[0])[1])  # what pdfminer alone gives: "C", "h a p t e r"
     text = _text(path)
     assert "Chapter 1. Introduction lefty is an editor designed to handle technical pictures." in text
+
+
+def test_ligatures_are_expanded(tmp_path):
+    # "ﬁ" and "ﬂ" are single glyphs in many PDFs; a search for "file" must still find "ﬁle".
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
+
+    pdfmetrics.registerFont(TTFont("Vera", "Vera.ttf"))  # shipped with reportlab; has the ligature glyphs
+    path = tmp_path / "ligatures.pdf"
+    c = canvas_module.Canvas(str(path))
+    c.setFont("Vera", 11)
+    c.drawString(72, 700, "The conﬁguration ﬁle sets the ﬂow of work.")
+    c.save()
+    assert "The configuration file sets the flow of work." in _text(path)
