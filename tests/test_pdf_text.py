@@ -150,3 +150,44 @@ def test_ligatures_are_expanded(tmp_path):
     c.drawString(72, 700, "The conﬁguration ﬁle sets the ﬂow of work.")
     c.save()
     assert "The configuration file sets the flow of work." in _text(path)
+
+
+def test_a_long_pdf_upload_shows_its_page_while_it_is_read(tmp_path):
+    import time
+
+    from funnel.apps.api.library import Collection, Services
+    from funnel.apps.api.registry import DocumentStatus
+    from funnel.apps.api.uploads import Upload
+    from funnel.embed import HashingEmbedder
+    from funnel.generate.extractive import ExtractiveGenerator
+    from funnel.pipeline import SearchConfig
+
+    path = tmp_path / "manual.pdf"
+    c = canvas_module.Canvas(str(path))
+    for page in range(1, 26):
+        c.drawString(72, 700, f"Page body number {page} with some words.")
+        c.showPage()
+    c.save()
+    embedder = HashingEmbedder()
+    services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
+    collection = Collection("c", tmp_path / "c", services)
+    seen = []
+    update = collection.registry.update
+
+    def recording(doc_id, **changes):  # the status a client polling GET /documents/{id} would see
+        if "progress" in changes:
+            seen.append(changes["progress"])
+        return update(doc_id, **changes)
+
+    collection.registry.update = recording
+    try:
+        with open(path, "rb") as fh:
+            [record] = collection.add([Upload("manual.pdf", fh, path.stat().st_size)])
+        deadline = time.monotonic() + 60
+        while collection.registry.get(record.id).status is not DocumentStatus.READY:
+            assert time.monotonic() < deadline, collection.registry.get(record.id)
+            time.sleep(0.05)
+    finally:
+        collection.close()
+    assert seen == ["page 10 of 25", "page 20 of 25", None]
+    assert collection.registry.get(record.id).progress is None

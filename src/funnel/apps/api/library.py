@@ -59,6 +59,10 @@ def one_line(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+# A long PDF's upload status is rewritten every this many pages (the registry is a file written whole).
+PROGRESS_EVERY_PAGES = 10
+
+
 @dataclass(frozen=True)
 class Services:
     """What every collection's pipeline shares: one embedder, reranker and generator for the server."""
@@ -268,23 +272,29 @@ class Collection:
         record = self.registry.update(doc_id, status=DocumentStatus.INGESTING, error=None)
         if record is None:
             return  # deleted before its turn
+        def pages(_: str, read: int, total: int) -> None:  # a long PDF's status says how far it is
+            if read % PROGRESS_EVERY_PAGES == 0 and read < total:
+                self.registry.update(doc_id, progress=f"page {read} of {total}")
+
         try:
             path = self.uploads / record.filename
-            loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename)
+            loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename, pages)
             report = self.pipeline.indexer.ingest_documents([loaded])
             if report.problems:
                 raise report.problems[0]
             chunks = len(self.store.get_chunks(doc_id))
         except IngestError as e:
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(e.reason), chunks=0)
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(e.reason), chunks=0,
+                                 progress=None)
         except FunnelError as e:
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(str(e)), chunks=0)
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(str(e)), chunks=0,
+                                 progress=None)
         except Exception as e:  # a loader bug on one odd file fails that document, not the worker
             log.warning("ingesting %s into %s failed", record.filename, self.name, exc_info=True)
             error = one_line(f"could not be ingested ({type(e).__name__}: {e})")
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0)
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0, progress=None)
         else:
-            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks)
+            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, progress=None)
             self._changed = True
 
     def _drop_chunks(self, doc_id: str) -> None:

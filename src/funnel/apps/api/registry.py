@@ -39,6 +39,7 @@ class DocumentRecord:
     status: DocumentStatus = DocumentStatus.QUEUED
     error: str | None = None
     chunks: int = 0
+    progress: str | None = None  # while a PDF is read: "page 120 of 2415"
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "status": self.status.value}

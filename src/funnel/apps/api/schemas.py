@@ -46,12 +46,14 @@ class DocumentOut(BaseModel):
     chunks: int
     bytes: int
     uploaded_at: str
+    progress: str | None = Field(None, description="while a PDF is being read: 'page 120 of 2415'")
 
     @classmethod
     def of(cls, record: DocumentRecord) -> DocumentOut:
         return cls(
             id=record.id, filename=record.filename, kind=record.kind, status=record.status.value,
             error=record.error, chunks=record.chunks, bytes=record.bytes, uploaded_at=record.uploaded_at,
+            progress=record.progress,
         )
 
 
