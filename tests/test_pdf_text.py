@@ -129,11 +129,12 @@ def test_damaged_pdfs_load_or_fail_with_one_line(tmp_path):
 def test_a_page_pdfminer_reads_as_letters_apart_is_read_again_with_pdfium():
     import pdfplumber
 
-    from funnel.ingest.pdf import _garbled, _read_page
+    from funnel.ingest.pdf import _read_page
+    from funnel.ingest.pdf_layout import garbled
 
     path = Path(__file__).resolve().parent / "data" / "type3_letters_apart.pdf"
     with pdfplumber.open(path) as pdf:
-        assert _garbled(_read_page(pdf.pages[0])[1])  # what pdfminer alone gives: "C", "h a p t e r"
+        assert garbled(_read_page(pdf.pages[0])[1])  # what pdfminer alone gives: "C", "h a p t e r"
     text = _text(path)
     assert "Chapter 1. Introduction lefty is an editor designed to handle technical pictures." in text
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
+from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
 from funnel.ingest.text import name_headers, table_row_line
 from funnel.types import Document, LoadedDocument, Section, SectionKind
 
@@ -37,14 +37,8 @@ _PARAGRAPH_GAP_RATIO = 0.6
 _SAME_EDGE_POINTS = 3.0
 # Two characters further apart than this share of their size are two words (see the module docstring).
 _TEXT_OPTIONS = {"x_tolerance_ratio": 0.15}
-# Running headers and footers: a line in the top or bottom band of the page (this share of its height)
-# whose text, digits aside, recurs on at least this share of the pages (and on 3 pages or more).
+# Running headers and footers: a line in this top or bottom share of the page's height (see pdf_layout).
 _MARGIN_BAND = 0.1
-_REPEATED_SHARE = 0.3
-# A column gutter: a vertical strip at least this wide (points), in the middle half of the page, that
-# almost no character crosses, with text on both sides of it on at least _COLUMN_LINES lines.
-_GUTTER_POINTS = 9.0
-_COLUMN_LINES = 6
 
 
 @dataclass(frozen=True)
@@ -82,18 +76,6 @@ class _Header:
     cells: list[str]  # whitespace-normalised, as in the header row
 
 
-@dataclass(frozen=True)
-class _Line:
-    """A line of text outside any table, with what heading and paragraph detection need."""
-
-    text: str
-    top: float
-    bottom: float
-    size: float  # mean font size of its characters
-    n_chars: int
-    in_margin: bool = False  # in the top or bottom band of the page, where running headers sit
-
-
 def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDocument:
     """The PDF's sections; `pages(display_path, read, total)` is told after each page (long manuals)."""
     pdfplumber = _import_pdfplumber()
@@ -104,7 +86,7 @@ def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDo
     try:
         with pdfplumber.open(path) as pdf:
             on_page = (lambda read, total: pages(display_path, read, total)) if pages else None
-            with _SecondOpinion(path) as second:
+            with SecondOpinion(path) as second:
                 sections = _sections(pdf.pages, on_page, second)
     except IngestError:
         raise
@@ -146,16 +128,16 @@ def _reason(error: Exception) -> str:
     return f"not a readable PDF ({detail})"
 
 
-def _sections(pages: list[Any], on_page=None, second: _SecondOpinion | None = None) -> list[Section]:
+def _sections(pages: list[Any], on_page=None, second: SecondOpinion | None = None) -> list[Section]:
     read = []
     for number, page in enumerate(pages, start=1):
         tables, lines = _read_page(page)
-        if second is not None and _garbled(lines):
+        if second is not None and garbled(lines):
             tables, lines = [], second.lines(number - 1) or lines
         read.append((tables, lines))
         if on_page:
             on_page(number, len(pages))
-    read = _without_running_lines(read)
+    read = without_running_lines(read)
     # Body size is judged over the whole document, so a cover page holding only a big title still
     # reads as a heading rather than as the "body" of that page.
     body_size = _body_font_size([line for _, lines in read for line in lines])
@@ -227,7 +209,7 @@ def _normalised(cells: list[str]) -> list[str]:
     return [" ".join(cell.split()) for cell in cells]
 
 
-def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
+def _read_page(page: Any) -> tuple[list[_Table], list[Line]]:
     """The page's tables and its other text as lines; the page's caches are freed after."""
     found = [
         (t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract(**_TEXT_OPTIONS))
@@ -248,132 +230,16 @@ def _read_page(page: Any) -> tuple[list[_Table], list[_Line]]:
     band = _MARGIN_BAND * float(page.height)
     page_top, page_bottom = float(page.bbox[1]), float(page.bbox[3])
     lines = []
-    for column in _columns(text_page):
+    for column in columns(text_page):
         for raw in column.extract_text_lines(**_TEXT_OPTIONS):
             text = " ".join(raw["text"].split())
             chars = raw.get("chars") or []
             if text:
                 size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
                 margin = raw["bottom"] <= page_top + band or raw["top"] >= page_bottom - band
-                lines.append(_Line(text, raw["top"], raw["bottom"], size, len(chars), margin))
+                lines.append(Line(text, raw["top"], raw["bottom"], size, len(chars), margin))
     page.close()  # pdfplumber keeps every parsed object of a page until closed; long PDFs add up
     return tables, lines
-
-
-def _garbled(lines: list[_Line]) -> bool:
-    """Whether pdfminer read the page as letters apart ("C", "h a p t e r"): fonts whose size it gets wrong
-    (Type 3 fonts scaled by their matrix, as in Graphviz's guides). Most words of real text are longer."""
-    words = [token for line in lines for token in line.text.split() if any(c.isalpha() for c in token)]
-    return len(words) >= 20 and sum(len(w) == 1 for w in words) > 0.7 * len(words)
-
-
-class _SecondOpinion:
-    """Pages pdfminer garbles are read again with pdfium (pypdfium2, which pdfplumber installs): on 628 pages
-    of 94 real PDFs its words agree with pdftotext on every page (F1 >= 0.9), pdfminer's on all but the
-    35 pages set in such fonts. Its text has no tables or font sizes, so it is the second opinion only.
-    Opened on the first garbled page."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.document: Any = None
-
-    def __enter__(self) -> _SecondOpinion:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.document is not None:
-            self.document.close()
-
-    def lines(self, index: int) -> list[_Line]:
-        try:
-            if self.document is None:
-                import pypdfium2
-
-                self.document = pypdfium2.PdfDocument(str(self.path))
-            text = self.document[index].get_textpage().get_text_range()
-        except Exception:  # no second opinion: keep what pdfminer read
-            return []
-        rows = [" ".join(row.split()) for row in text.splitlines()]
-        # No geometry: one line a row, 12 points apart, so paragraphs are cut by the chunker, not by gaps.
-        return [_Line(row, top=12.0 * i, bottom=12.0 * i + 10, size=0.0, n_chars=len(row))
-                for i, row in enumerate(rows) if row]
-
-
-def _columns(page: Any, depth: int = 0) -> list[Any]:
-    """The page's columns, left to right (the page itself when it is not set in columns)."""
-    chars = page.chars
-    x0, x1 = float(page.bbox[0]), float(page.bbox[2])
-    width = x1 - x0
-    if depth >= 2 or len(chars) < 100 or width < 4 * _GUTTER_POINTS:
-        return [page]
-    lines = _line_spans(chars)
-    crossing = [0] * int(width + 2)
-    for spans in lines:
-        for left, right in spans:
-            for x in range(max(0, int(left - x0)), min(len(crossing), int(right - x0) + 1)):
-                crossing[x] += 1
-    allowed = max(1, len(lines) // 30)  # a title or rule that runs across the gutter
-    best: tuple[int, int] | None = None
-    start = None
-    for x in range(int(width * 0.25), int(width * 0.75) + 1):
-        if crossing[x] <= allowed:
-            start = x if start is None else start
-            if best is None or x - start > best[1] - best[0]:
-                best = (start, x)
-        else:
-            start = None
-    if best is None or best[1] - best[0] < _GUTTER_POINTS:
-        return [page]
-    gutter = x0 + (best[0] + best[1]) / 2
-    both_sides = sum(
-        1 for spans in lines
-        if any(right < gutter for _, right in spans) and any(left > gutter for left, _ in spans)
-    )
-    if both_sides < _COLUMN_LINES:
-        return [page]
-    top, bottom = float(page.bbox[1]), float(page.bbox[3])
-    left = page.crop((x0, top, gutter, bottom), strict=False)
-    right = page.crop((gutter, top, x1, bottom), strict=False)
-    return _columns(left, depth + 1) + _columns(right, depth + 1)
-
-
-def _line_spans(chars: list[dict[str, Any]]) -> list[list[tuple[float, float]]]:
-    """Per text line (characters grouped by their top, to 2 points), the x-spans of its words."""
-    rows: dict[int, list[tuple[float, float]]] = {}
-    for ch in chars:
-        if ch.get("text", "").strip():
-            rows.setdefault(round(float(ch["top"]) / 2), []).append((float(ch["x0"]), float(ch["x1"])))
-    spans_per_line = []
-    for row in rows.values():
-        row.sort()
-        spans: list[tuple[float, float]] = []
-        for left, right in row:
-            gap = max(1.0, 0.3 * (right - left) * 2)
-            if spans and left - spans[-1][1] <= gap:
-                spans[-1] = (spans[-1][0], max(spans[-1][1], right))
-            else:
-                spans.append((left, right))
-        spans_per_line.append(spans)
-    return spans_per_line
-
-
-def _without_running_lines(read: list[tuple[list[_Table], list[_Line]]]) -> list[tuple[list[_Table], list[_Line]]]:
-    """Drop running headers and footers: margin lines whose text, digits aside, recurs on many pages."""
-    if len(read) < 3:
-        return read
-    pages_with: Counter[str] = Counter()
-    for _, lines in read:
-        pages_with.update({_shape(line.text) for line in lines if line.in_margin})
-    least = max(3, _REPEATED_SHARE * len(read))
-    running = {shape for shape, n in pages_with.items() if n >= least}
-    if not running:
-        return read
-    return [(tables, [ln for ln in lines if not (ln.in_margin and _shape(ln.text) in running)]) for tables, lines in read]
-
-
-def _shape(text: str) -> str:
-    """A line's text with its numbers (page numbers, dates) and case set aside."""
-    return re.sub(r"\d+", "#", text.lower()).strip()
 
 
 def _is_real_table(rows: list[list[str | None]]) -> bool:
@@ -387,11 +253,11 @@ def _table_text(header_cells: list[str], rows: list[list[str]]) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _text_blocks(lines: list[_Line], body_size: float) -> list[_Block]:
+def _text_blocks(lines: list[Line], body_size: float) -> list[_Block]:
     blocks: list[_Block] = []
     paragraph: list[str] = []
     paragraph_top = 0.0
-    previous: _Line | None = None
+    previous: Line | None = None
 
     def flush() -> None:
         if paragraph:
@@ -422,7 +288,7 @@ def _text_blocks(lines: list[_Line], body_size: float) -> list[_Block]:
     return blocks
 
 
-def _body_font_size(lines: list[_Line]) -> float:
+def _body_font_size(lines: list[Line]) -> float:
     """The size most of the text is set in, counted by characters."""
     sizes: Counter[float] = Counter()
     for line in lines:
@@ -430,7 +296,7 @@ def _body_font_size(lines: list[_Line]) -> float:
     return sizes.most_common(1)[0][0] if sizes else 0.0
 
 
-def _is_heading(line: _Line, body_size: float) -> bool:
+def _is_heading(line: Line, body_size: float) -> bool:
     return 0 < body_size * _HEADING_SIZE_RATIO <= line.size and len(line.text) <= _HEADING_MAX_CHARS
 
 
