@@ -725,3 +725,20 @@ def test_cli_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
     no_traceback(result)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_eval_says_what_it_left_out_and_strict_refuses(tmp_path):
+    # Half the judged ids are missing from the corpus: the run must say so in the terminal, not only in
+    # report.md, and --strict must refuse (issue 17, defect 4).
+    corpus = {d: t for d, t in CORPUS.items() if d not in ("anvil", "worm")}
+    write_beir(tmp_path / "tiny", corpus=corpus)
+    result = funnel("eval", "--dataset", "tiny", "--out", "out", "--variants", "bm25", "--baseline", "bm25",
+                    cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert "evaluating 2 queries; left out: 2 judgments naming ids not in the corpus" in result.stderr
+    assert "2 queries with no relevant judged document" in result.stderr
+    strict = funnel("eval", "--dataset", "tiny", "--out", "out", "--variants", "bm25", "--baseline", "bm25",
+                    "--strict", cwd=tmp_path)
+    no_traceback(strict)
+    assert strict.returncode != 0 and "--strict and the data had to be trimmed" in strict.stderr

@@ -261,6 +261,7 @@ def eval_(
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
     reranker: Annotated[Optional[str], typer.Option(help="second-stage backend for the rerank variants")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="fail when queries or judgments had to be left out")] = False,
 ) -> None:
     """Evaluate pipeline variants side by side, query by query; optionally gate on a baseline."""
     from funnel.apps.eval_command import run_eval_command
@@ -270,7 +271,7 @@ def eval_(
         failures = run_eval_command(
             settings, dataset, split, level, variants, fail_if_worse_than or baseline, out, limit,
             corpus_sample, documents, depth, index is not None, max_hurt, gate=fail_if_worse_than is not None,
-            console=out_console(), err_console=err,
+            console=out_console(), err_console=err, strict=strict,
         )
     except KeyboardInterrupt:
         err.print("interrupted")

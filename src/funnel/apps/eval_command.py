@@ -27,6 +27,7 @@ def run_eval_command(
     settings: Settings, dataset: Path, split: str, level: str, variant_specs: str | None, baseline: str,
     out: Path, limit: int | None, corpus_sample: int | None, documents: list[Path] | None, depth: int,
     index_given: bool, max_hurt: int | None, gate: bool, console: Console, err_console: Console,
+    strict: bool = False,
 ) -> list[str]:
     _require_eval_extra()
     from funnel.eval import report
@@ -48,6 +49,12 @@ def run_eval_command(
     if baseline not in {v.name for v in variants}:
         raise ConfigError(f"baseline {baseline!r} is not among the variants: {', '.join(v.name for v in variants)}")
     suite = open_suite(dataset, split, level, limit, corpus_sample, documents)
+    if suite.evalset.skipped:  # queries or judgments left out: said here, not only in report.md
+        left_out = "; ".join(f"{n} {why}" for why, n in suite.evalset.skipped.items())
+        if strict:
+            raise ConfigError(f"{dataset}: --strict and the data had to be trimmed: {left_out}")
+        err_console.print(f"note: evaluating {len(suite.evalset.queries)} queries; left out: {left_out} "
+                          "(--strict makes this an error)", highlight=False)
     if not index_given:
         embedder = settings.embedder or "minilm"
         settings = settings.model_copy(update={"index": default_index_dir(suite, embedder), "embedder": embedder})
