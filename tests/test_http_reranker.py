@@ -413,3 +413,27 @@ def test_funnel_serve_with_a_bad_spec_is_one_line(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "unknown reranker 'magic'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_plain_web_servers_error_page_is_cut_to_its_text(tmp_path):
+    # A URL that points at a plain web server (python -m http.server) answers POST with an HTML 501 page;
+    # the fallback reason used to quote its markup (issue 17, defect 5).
+    import functools
+    from http.server import SimpleHTTPRequestHandler
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = second_stage(QUERY, passages(), HttpReranker("cohere", url, timeout_s=5), RerankPolicy.REPLACE)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.status is RerankStatus.FALLBACK
+    assert "HTTP 501: Error response Error code: 501 Message: Unsupported method ('POST')" in result.reason
+    assert "<" not in result.reason and "\n" not in result.reason and len(result.reason) < 400

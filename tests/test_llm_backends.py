@@ -675,7 +675,7 @@ def test_http_500_is_an_upstream_error_with_status_and_excerpt(cls):
 @pytest.mark.parametrize(
     "content, problem",
     [
-        (b"<html>proxy error</html>", "malformed JSON: <html>proxy error</html>"),
+        (b"<html>proxy error</html>", "malformed JSON: proxy error"),
         (b"[1, 2]", "answered list, expected an object"),
         (b"{}", "has no"),
         (b'{"message": {"content": 5}, "choices": [{"message": {"content": 5}}]}', "not text"),

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import html
+import re
+
+# An upstream's error body in a message: this many characters at most.
+EXCERPT_CHARS = 200
+_HTML_START = re.compile(r"\s*(<!doctype|<html|<head|<body|<h1|<p>)", re.IGNORECASE)
+_HTML_NOISE = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+
 
 class FunnelError(Exception):
     """Base of every error funnel raises on purpose. Its message is meant for the user, in one line."""
@@ -62,3 +71,13 @@ def missing_dependency(what: str, package: str, extra: str | None = None) -> Bac
     """The error for a dependency that is not installed, with the fix in the message."""
     fix = f"pip install 'funnel[{extra}]'" if extra else f"pip install {package}"
     return BackendUnavailable(f"{what} needs {package}: {fix}")
+
+
+def body_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """An upstream's response body as one short line. An HTML error page (a plain web server's 501, a
+    proxy's 502) becomes its text, "Error response Error code: 501 Message: Unsupported method", not its
+    markup; redact secrets before calling."""
+    if _HTML_START.match(text):
+        text = html.unescape(_TAG.sub(" ", _HTML_NOISE.sub(" ", text)))
+    text = " ".join(text.split())
+    return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")

@@ -17,11 +17,10 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout
+from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
 
 STAGE = "llm"
 ROLES = ("system", "user", "assistant", "tool")
-_EXCERPT_CHARS = 200
 # Failures before a connection exists: the server is down, the name does not resolve, the URL is wrong.
 _UNREACHABLE = (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.ProxyError)
 
@@ -223,8 +222,7 @@ class LlmHttp:
         return UpstreamError(STAGE, f"cannot reach {self.shown}: {type(e).__name__}: {self.redact(str(e))}")
 
     def excerpt(self, text: str) -> str:
-        text = self.redact(" ".join(text.split()))
-        return (text[:_EXCERPT_CHARS] + "…") if len(text) > _EXCERPT_CHARS else (text or "(empty body)")
+        return body_excerpt(self.redact(text))
 
     def redact(self, text: str) -> str:
         """A server (or a proxy) may echo the request headers back: the key never reaches a message."""

@@ -25,11 +25,10 @@ from enum import Enum
 import httpx
 
 from funnel.config import parse_enum
-from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout
+from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
 from funnel.types import Candidate, RerankResult
 
 STAGE = "rerank"
-_EXCERPT_CHARS = 200
 
 
 class RerankApi(str, Enum):
@@ -196,7 +195,7 @@ class HttpReranker:
                 if not isinstance(items, list):
                     raise self._error(f"{key!r} is {type(items).__name__}, not a list")
                 return items
-        raise self._error(f"answer has no {wanted}: {self._redact(str(body))[:_EXCERPT_CHARS]}")
+        raise self._error(f"answer has no {wanted}: {body_excerpt(self._redact(str(body)))}")
 
     def _score(self, item: dict, position: int) -> float:
         key = self._shape.score_key
@@ -216,9 +215,7 @@ class HttpReranker:
         return UpstreamError(STAGE, f"{self._shown_url} {problem}")
 
     def _excerpt(self, response: httpx.Response) -> str:
-        text = " ".join(response.text.split())
-        text = self._redact(text)
-        return (text[:_EXCERPT_CHARS] + "…") if len(text) > _EXCERPT_CHARS else (text or "(empty body)")
+        return body_excerpt(self._redact(response.text))
 
     def _redact(self, text: str) -> str:
         """A server (or a proxy) may echo the request headers back: the key never reaches a message."""
