@@ -17,6 +17,16 @@ def _words(c, x: float, y: float, words: list[str], gap: float, size: float = 10
         x += stringWidth(word, "Helvetica", size) + gap
 
 
+def _pages_pdf(path: Path, n: int) -> Path:
+    """A PDF of `n` pages, one line of body text each."""
+    c = canvas_module.Canvas(str(path))
+    for page in range(1, n + 1):
+        c.drawString(72, 700, f"Page body number {page} with some words.")
+        c.showPage()
+    c.save()
+    return path
+
+
 def _text(path: Path) -> str:
     return "\n".join(s.text for s in load_pdf(path, "d", path.name).sections)
 
@@ -75,12 +85,7 @@ def test_a_page_without_columns_is_not_split(tmp_path):
 
 
 def test_a_long_pdf_reports_its_pages_as_it_reads_them(tmp_path):
-    path = tmp_path / "long.pdf"
-    c = canvas_module.Canvas(str(path))
-    for page in range(1, 8):
-        c.drawString(72, 700, f"Page body number {page} with some words.")
-        c.showPage()
-    c.save()
+    path = _pages_pdf(tmp_path / "long.pdf", 7)
     heard = []
     load_pdf(path, "d", "long.pdf", lambda name, read, total: heard.append((name, read, total)))
     assert heard == [("long.pdf", n, 7) for n in range(1, 8)]
@@ -163,12 +168,7 @@ def test_a_long_pdf_upload_shows_its_page_while_it_is_read(tmp_path):
     from funnel.generate.extractive import ExtractiveGenerator
     from funnel.pipeline import SearchConfig
 
-    path = tmp_path / "manual.pdf"
-    c = canvas_module.Canvas(str(path))
-    for page in range(1, 26):
-        c.drawString(72, 700, f"Page body number {page} with some words.")
-        c.showPage()
-    c.save()
+    path = _pages_pdf(tmp_path / "manual.pdf", 25)
     embedder = HashingEmbedder()
     services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
     collection = Collection("c", tmp_path / "c", services)

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import Settings
@@ -73,7 +74,7 @@ def run_eval_command(
         run = run_eval(pipeline, suite.evalset, variants, depth, pipeline.generator,
                        lambda d, t: bar.update(task, completed=d, total=t))
     for problem in ingest.problems:
-        err_console.print(f"[yellow]skipped[/yellow] {problem}", highlight=False)
+        err_console.print(Text.assemble(("skipped", "yellow"), f" {problem}"))
     err_console.print(
         f"index {location_label(settings.index)}: {ingest.chunks} chunks embedded now, {ingest.unchanged} documents unchanged",
         highlight=False,
@@ -92,8 +93,8 @@ def run_eval_command(
     for name, entry in results["variants"].items():
         if entry.get("answer_fallbacks"):
             reasons = "; ".join(f"{why} ({n})" for why, n in entry["answer_fallback_reasons"].items())
-            err_console.print(f"[yellow]warning:[/yellow] {name}: the LLM failed on {entry['answer_fallbacks']} "
-                              f"answers and the extractive answer stood in: {reasons}", highlight=False)
+            err_console.print(Text.assemble(("warning:", "yellow"), f" {name}: the LLM failed on "
+                              f"{entry['answer_fallbacks']} answers and the extractive answer stood in: {reasons}"))
     paths = report.write(results, out)
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     return failures
