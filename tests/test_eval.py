@@ -742,3 +742,20 @@ def test_cli_eval_says_what_it_left_out_and_strict_refuses(tmp_path):
                     "--strict", cwd=tmp_path)
     no_traceback(strict)
     assert strict.returncode != 0 and "--strict and the data had to be trimmed" in strict.stderr
+
+
+def test_cli_eval_refuses_an_empty_index(tmp_path):
+    # A question set whose documents hold nothing funnel reads (or lie where .gitignore rules used to hide
+    # them): refuse with the reason, never all-zero metrics that read as a result (issue 17, defect 6).
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "scan.png").write_bytes(b"\x89PNG\r\n")
+    (tmp_path / "qs.yaml").write_text(
+        "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
+    )
+    result = funnel("eval", "--dataset", "qs.yaml", "--out", "out", "--variants", "bm25", "--baseline", "bm25",
+                    "--reranker", "none", cwd=tmp_path)
+    no_traceback(result)
+    assert result.returncode != 0, result.stdout
+    assert "the index holds no documents, so there is nothing to evaluate" in result.stderr
+    assert "nothing to ingest in this folder" in result.stderr
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -18,7 +18,7 @@ from funnel.ingest import chunk_document, context_line, discover, load
 from funnel.ingest.code import load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest.text import load_markdown, load_text
-from funnel.ingest.walk import SourceFile
+from funnel.ingest.walk import NOTHING_FOUND, SourceFile
 from funnel.types import Document, LoadedDocument, Section, SectionKind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,6 +91,36 @@ def test_gitignore_of_the_repository_applies_to_a_subfolder(tmp_path):
     assert names(discover([tmp_path / "src"])) == ["real.py"]
 
 
+def test_a_named_folder_is_never_ignored_by_the_rules_above_it(tmp_path):
+    # A dotfiles repository ignoring `.*` and a user naming `~/.local/share/docs` (issue 17, defect 6): the
+    # folder the user gave is ingested; hidden names below it are still the repository's business.
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / ".gitignore", ".*\n!.gitignore\n*.log.md\n")
+    docs = tmp_path / ".local" / "share" / "docs"
+    write(docs / "guide.md", "# Guide\n\nZebras graze.\n")
+    write(docs / ".drafts" / "draft.md", "# Draft\n")
+    write(docs / "run.log.md", "# Log\n")
+    write(tmp_path / "src" / ".hidden.py", "x = 1\n")
+    write(tmp_path / "src" / "real.py", "y = 2\n")
+
+    result = discover([docs])
+    # Rules that hide the named folder are overruled by naming it, all of that .gitignore's rules with them.
+    assert result.problems == [] and names(result) == [".drafts/draft.md", "guide.md", "run.log.md"]
+    assert names(discover([tmp_path / "src"])) == ["real.py"]  # rules that do not hide the folder still apply
+
+
+def test_a_named_folder_with_nothing_to_ingest_says_so(tmp_path):
+    write(tmp_path / "pics" / "a.png", "not text")
+    write(tmp_path / "pics" / "node_modules" / "x.md", "# dependency\n")
+
+    result = discover([tmp_path / "pics"])
+
+    assert result.files == []
+    assert [(p.path, p.reason) for p in result.problems] == [
+        (str(tmp_path / "pics"), "nothing to ingest in this folder: no PDF, Markdown, text or code file that is "
+                                 "not ignored (.gitignore, dependency and build folders)")]
+
+
 def test_dependency_and_cache_folders_are_skipped(tmp_path):
     for folder in ("node_modules/lib", ".git", ".venv/lib", "__pycache__", "dist", "build", "vendor/x"):
         write(tmp_path / folder / "skip.py", "x = 1\n")
@@ -148,6 +178,7 @@ def test_symlink_loop_terminates(tmp_path):
 
 
 def test_nonexistent_path_is_reported(tmp_path):
+    write(tmp_path / "a.txt", "here\n")
     result = discover([tmp_path / "nope", tmp_path])
     assert [(p.path, p.reason) for p in result.problems] == [(str(tmp_path / "nope"), "does not exist")]
 
@@ -272,6 +303,7 @@ def test_names_too_long_are_problems_not_exceptions(tmp_path):
     assert {p.path: p.reason for p in result.problems} == {
         str(too_long): "cannot access (File name too long)",
         str(too_long / "file.txt"): "cannot access (File name too long)",
+        str(tmp_path): NOTHING_FOUND,  # an empty folder was named
     }
     assert result.removal_roots == [tmp_path.resolve()]
 

@@ -65,6 +65,9 @@ def run_eval_command(
                   console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
         task = bar.add_task("index", total=None)
         ingest = build_index(pipeline, suite, lambda d, t: bar.update(task, completed=d, total=t))
+        if not pipeline.store.document_hashes():  # all-zero metrics would read as a result, not as a mistake
+            why = "; ".join(str(p) for p in ingest.problems[:3]) or "the corpus or the documents are empty"
+            raise ConfigError(f"{dataset}: the index holds no documents, so there is nothing to evaluate ({why})")
         calibration = None
         if any(v.is_default for v in variants) and pipeline.reranker is not None and pipeline.calibration_problem():
             # `default` is what `funnel search` does on this index, and `funnel ingest` calibrates.

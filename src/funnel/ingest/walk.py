@@ -58,6 +58,8 @@ BINARY_EXTENSIONS = frozenset(
 )
 
 SNIFF_BYTES = 8192
+NOTHING_FOUND = ("nothing to ingest in this folder: no PDF, Markdown, text or code file that is not ignored "
+                 "(.gitignore, dependency and build folders)")
 PDF_MAGIC = b"%PDF-"
 
 
@@ -130,7 +132,10 @@ def discover(paths: list[Path], limits: FileLimits | None = None, max_bytes: int
         if is_dir:
             _add_root(roots, resolved)
             _add_root(removal_roots, resolved)
+            found, reported = len(walker.files), len(walker.problems)
             walker.walk_root(resolved)
+            if (len(walker.files), len(walker.problems)) == (found, reported):  # never a silent empty index
+                walker.problems.append(IngestError(str(given), NOTHING_FOUND))
         elif is_file:
             _add_root(roots, resolved.parent)
             walker.add_named_file(resolved, str(given))
@@ -318,7 +323,10 @@ class _Walker:
     def _inherited_ignores(self, root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
         """The `.gitignore` files above `root` up to its repository's top, outermost first.
 
-        Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would.
+        Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would. But a folder
+        the user named is never ignored by what lies above it: when those rules ignore the folder itself or
+        a folder on the way to it (`.*` in a dotfiles repository, and `~/.local/share/docs` is named), the
+        user has overruled them, and only the `.gitignore` files at or below the folder count.
         """
         if _exists(root / ".git"):
             return []
@@ -334,6 +342,10 @@ class _Walker:
             spec = self._gitignore(folder)
             if spec is not None:
                 specs.append((folder, spec))
+        on_the_way = [root, *root.parents[: len(ancestors) - 1]]
+        if any(_ignored(d, [(f, s) for f, s in specs if d.is_relative_to(f) and d != f], is_dir=True)
+               for d in on_the_way):
+            return []
         return specs
 
 
