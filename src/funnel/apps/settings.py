@@ -92,7 +92,8 @@ def load_settings(**overrides) -> Settings:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
-    except (OSError, ValueError) as e:  # unreadable or malformed funnel.toml
+        where = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
+        raise ConfigError(" ".join(f"invalid setting {where}: {first['msg']}".split())) from None
+    except (OSError, ValueError, RecursionError) as e:  # unreadable or malformed funnel.toml
         source = os.environ.get("FUNNEL_CONFIG") or "funnel.toml"
-        raise ConfigError(f"cannot read settings from {source}: {e}") from None
+        raise ConfigError(" ".join(f"cannot read settings from {source}: {e}".split())) from None

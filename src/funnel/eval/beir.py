@@ -39,16 +39,45 @@ class EvalSet:
 
 def _jsonl(path: Path) -> Iterator[dict]:
     """Records that carry an `_id` (corpus and queries files); anything else is a ConfigError at file:line."""
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes, decoded per line: a bad byte is reported at its own line
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path}:{number}: not UTF-8 text ({e.reason})") from None
             if line.strip():
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
+                except RecursionError:
+                    raise ConfigError(f"{path}:{number}: not JSON (nested too deeply)") from None
+                except ValueError as e:  # an integer of more than 4300 digits
+                    raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
                 if not isinstance(record, dict) or "_id" not in record:
                     raise ConfigError(f"{path}:{number}: expected a JSON object with an '_id'")
                 yield record
+
+
+def _text_field(record: dict, key: str, path: Path) -> str:
+    value = record.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{path}: record {str(record['_id'])!r:.60}: {key!r} is {type(value).__name__}, not text"
+        )
+    return value
+
+
+def _metadata(record: dict, path: Path) -> dict:
+    value = record.get("metadata")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: record {str(record['_id'])!r:.60}: 'metadata' is {type(value).__name__}, "
+                          "not an object")
+    return value
 
 
 def split_dir(root: Path, split: str) -> Path:
@@ -64,7 +93,7 @@ def split_dir(root: Path, split: str) -> Path:
 
 
 def corpus_size(folder: Path) -> int:
-    with open(folder / "corpus.jsonl", encoding="utf-8") as fh:
+    with open(folder / "corpus.jsonl", "rb") as fh:
         return sum(1 for line in fh if line.strip())
 
 
@@ -79,15 +108,16 @@ def _section(text: str, metadata: dict) -> Section:
 
 def load_corpus(folder: Path, keep: set[str] | None = None) -> Iterator[LoadedDocument]:
     """Each record as a document (doc_id = record id); its title goes on every chunk as context."""
-    for record in _jsonl(folder / "corpus.jsonl"):
+    path = folder / "corpus.jsonl"
+    for record in _jsonl(path):
         doc_id = str(record["_id"])
         if keep is not None and doc_id not in keep:
             continue
-        title = (record.get("title") or "").strip()
-        text = (record.get("text") or "").strip() or title
+        title = _text_field(record, "title", path).strip()
+        text = _text_field(record, "text", path).strip() or title
         if not text:
             continue
-        section = _section(text, record.get("metadata") or {})
+        section = _section(text, _metadata(record, path))
         digest = hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
         kind = "code" if section.kind is SectionKind.CODE else "record"
         yield LoadedDocument(
@@ -98,8 +128,9 @@ def load_corpus(folder: Path, keep: set[str] | None = None) -> Iterator[LoadedDo
 def parents(folder: Path) -> dict[str, str]:
     """record id -> metadata.doc_id, for corpora whose records are parts of larger documents."""
     out = {}
-    for record in _jsonl(folder / "corpus.jsonl"):
-        parent = (record.get("metadata") or {}).get("doc_id")
+    path = folder / "corpus.jsonl"
+    for record in _jsonl(path):
+        parent = _metadata(record, path).get("doc_id")
         if parent:
             out[str(record["_id"])] = str(parent)
     return out
@@ -138,17 +169,22 @@ def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
     folder = split_dir(root, split)
     path, found_level = _qrels_file(root, folder, split, level)
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t")
-        if not reader.fieldnames or not {"query-id", "corpus-id", "score"} <= set(reader.fieldnames):
-            raise ConfigError(f"{path}: expected a header query-id, corpus-id, score")
-        for row in reader:
-            try:
-                qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row["score"])
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"{path}:{reader.line_num}: expected query-id, corpus-id and an integer score"
-                ) from None
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh, delimiter="\t")
+            if not reader.fieldnames or not {"query-id", "corpus-id", "score"} <= set(reader.fieldnames):
+                raise ConfigError(f"{path}: expected a header query-id, corpus-id, score")
+            for row in reader:
+                try:
+                    qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row["score"])
+                except (TypeError, ValueError):
+                    raise ConfigError(
+                        f"{path}:{reader.line_num}: expected query-id, corpus-id and an integer score"
+                    ) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except csv.Error as e:  # a field over csv's size limit (an unclosed quote swallows the rest)
+        raise ConfigError(f"{path}: not a readable TSV file ({e})") from None
 
     record_parents = parents(folder) if found_level == "document" else {}
     known = set(record_parents.values()) if record_parents else {

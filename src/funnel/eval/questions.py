@@ -41,13 +41,20 @@ def _read(path: Path) -> dict:
                     questions.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
+                except RecursionError:
+                    raise ConfigError(f"{path}:{number}: not JSON (nested too deeply)") from None
+                except ValueError as e:  # an integer of more than 4300 digits
+                    raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
         return {"questions": questions}
     import yaml
 
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
+    except (yaml.YAMLError, ValueError) as e:  # ValueError: a date such as 2024-13-45
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{path}: not valid YAML ({first})") from None
     if isinstance(data, list):
         data = {"questions": data}
     if not isinstance(data, dict):
@@ -117,7 +124,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
     else:
         named = data.get("documents")
         named = [named] if isinstance(named, str) else (named or [])
-        folders = tuple((path.parent / d).resolve() for d in _strings(named, f"{path}: documents"))
+        folders = tuple(_folder(path, d) for d in _strings(named, f"{path}: documents"))
     if not folders:
         raise ConfigError(f"{path}: no documents to search; add 'documents:' or pass --documents")
     evalset = EvalSet(
@@ -132,6 +139,13 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
         pages=pages,
     )
     return QuestionSet(evalset, folders)
+
+
+def _folder(path: Path, named: str) -> Path:
+    try:
+        return (path.parent / named).resolve()
+    except (OSError, ValueError) as e:  # ValueError: an embedded NUL
+        raise ConfigError(f"{path}: documents: {named!r:.100} is not a usable path ({e})") from None
 
 
 def source_key(doc_path: str, expected: list[str]) -> str:

@@ -116,15 +116,21 @@ def parse_arguments(raw: object, where: str) -> dict:
             return {}  # some servers send "" for a function without parameters
         try:
             raw = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             raise UpstreamError(
-                STAGE, f"{where} has arguments that are not valid JSON: {raw[:80]!r}"
+                STAGE, f"{_one_line(where)} has arguments that are not valid JSON: {raw[:80]!r}"
             ) from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise UpstreamError(STAGE, f"{where} has arguments of type {type(raw).__name__}, not an object")
+        raise UpstreamError(
+            STAGE, f"{_one_line(where)} has arguments of type {type(raw).__name__}, not an object"
+        )
     return raw
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())  # `where` names a tool the server chose: it may hold a newline
 
 
 def optional_int(value: object) -> int | None:
@@ -167,7 +173,7 @@ class LlmHttp:
             raise self.error(f"{path} answered HTTP {response.status_code}: {self.excerpt(response.text)}")
         try:
             return response.json()
-        except ValueError:  # JSONDecodeError, or bytes that are not text
+        except (ValueError, RecursionError):  # malformed, not text, or nested too deeply
             raise self.error(f"{path} answered malformed JSON: {self.excerpt(response.text)}") from None
 
     def stream_lines(self, path: str, payload: dict) -> Generator[str, None, None]:
@@ -199,7 +205,7 @@ class LlmHttp:
         """One streamed JSON object (an NDJSON line or an SSE data field)."""
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # malformed, or nested too deeply
             raise self.error(f"{path} streamed malformed JSON: {self.excerpt(text)}") from None
         if not isinstance(value, dict):
             raise self.error(f"{path} streamed {type(value).__name__}, not an object: {self.excerpt(text)}")

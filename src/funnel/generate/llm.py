@@ -210,7 +210,8 @@ def cited(text: str, passages: tuple[Passage, ...]) -> tuple[tuple[Citation, ...
     by_number = {p.number: p for p in passages}
     used: set[int] = set()
     for match in _CITATION.finditer(text):
-        used.update(int(n) for n in re.findall(r"\d+", match.group(1)))
+        # A number of thousands of digits is no passage's, and int() refuses over 4300 of them.
+        used.update(int(n) for n in re.findall(r"\d+", match.group(1)) if len(n) <= 9)
     citations = tuple(_citation(by_number[n]) for n in sorted(used) if n in by_number)
     return citations, tuple(sorted(n for n in used if n not in by_number))
 

@@ -119,7 +119,7 @@ class HttpReranker:
         response = self._post(self._payload(query, documents))
         try:
             body = response.json()
-        except ValueError:  # JSONDecodeError, or bytes that are not text
+        except (ValueError, RecursionError):  # malformed, not text, or nested too deeply
             raise self._error(f"answered malformed JSON: {self._excerpt(response)}") from None
         return self._parse(body, len(documents))
 

@@ -188,12 +188,19 @@ def _parse(content: str, repo_paths: set[str]) -> tuple[Analysis | None, str]:
     if start < 0 or end <= start:
         return None, "no JSON object in the reply"
     try:
-        analysis = Analysis.model_validate(json.loads(text[start : end + 1]))
+        data = json.loads(text[start : end + 1])
     except json.JSONDecodeError as e:
         return None, f"invalid JSON: {e.msg}"
+    except RecursionError:
+        return None, "invalid JSON: nested too deeply"
+    except ValueError as e:  # an integer of more than 4300 digits
+        return None, f"invalid JSON: {str(e).split(';')[0]}"
+    try:
+        analysis = Analysis.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
-        return None, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        where = ".".join(str(p) for p in first["loc"])
+        return None, " ".join(f"{where if where.isprintable() else repr(where)}: {first['msg']}".split())
     kept = [f for f in analysis.suspected_files if f.path in repo_paths]
     dropped = len(analysis.suspected_files) - len(kept)
     note = f"{dropped} suspected file(s) outside the repository dropped" if dropped else ""
