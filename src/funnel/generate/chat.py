@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
+from funnel.deadline import DeadlineExceeded, call_within, iterate_within
 from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
 
 STAGE = "llm"
@@ -159,11 +160,14 @@ class LlmHttp:
 
     def post(self, path: str, payload: dict) -> object:
         """The JSON body of a successful POST."""
+        def send() -> httpx.Response:
+            url, headers = self._url(path), self._headers()
+            return self._http().post(url, json=payload, headers=headers, timeout=self.timeout)
+
         try:
-            response = self._http().post(
-                self._url(path), json=payload, headers=self._headers(), timeout=self.timeout
-            )
-        except httpx.TimeoutException as e:
+            # httpx's timeout bounds each read; the deadline bounds the answer (a server trickling it)
+            response = call_within(self.timeout, send)
+        except (httpx.TimeoutException, DeadlineExceeded) as e:
             raise self.timed_out() from e
         except _UNREACHABLE as e:
             raise self.unreachable(e) from e
@@ -177,7 +181,15 @@ class LlmHttp:
             raise self.error(f"{path} answered malformed JSON: {self.excerpt(response.text)}") from None
 
     def stream_lines(self, path: str, payload: dict) -> Generator[str, None, None]:
-        """The non-blank lines of a streamed POST, as they arrive. Close it to drop the connection early."""
+        """The non-blank lines of a streamed POST, as they arrive. Close it to drop the connection early.
+        Each line is due within the timeout of the one before (the first, of the request): a server that
+        trickles bytes is cut off like one that hangs."""
+        try:
+            yield from iterate_within(self.timeout, self._lines(path, payload))
+        except DeadlineExceeded:
+            raise self.timed_out() from None
+
+    def _lines(self, path: str, payload: dict) -> Generator[str, None, None]:
         connected = False
         try:
             with self._http().stream(

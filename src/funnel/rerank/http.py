@@ -25,6 +25,7 @@ from enum import Enum
 import httpx
 
 from funnel.config import parse_enum
+from funnel.deadline import DeadlineExceeded, call_within
 from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
 from funnel.types import Candidate, RerankResult
 
@@ -139,9 +140,13 @@ class HttpReranker:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         # user:password in the URL becomes Basic auth (a proxy in front of the API); a key replaces it.
         url = self._shown_url if self._api_key else self.url
+        def send() -> httpx.Response:
+            return self._http().post(url, json=payload, headers=headers, timeout=self.timeout_s)
+
         try:
-            response = self._http().post(url, json=payload, headers=headers, timeout=self.timeout_s)
-        except httpx.TimeoutException as e:
+            # httpx's timeout bounds each read; the deadline bounds the answer (a server trickling it)
+            response = call_within(self.timeout_s, send)
+        except (httpx.TimeoutException, DeadlineExceeded) as e:
             raise UpstreamTimeout(STAGE, f"{self._shown_url} after {self.timeout_s:g}s") from e
         except httpx.HTTPError as e:  # connection refused, reset, DNS, protocol errors
             raise self._error(f"cannot reach it: {type(e).__name__}: {self._redact(str(e))}") from e

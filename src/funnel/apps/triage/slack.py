@@ -33,7 +33,8 @@ import httpx
 
 from funnel.apps.triage.redact import redact, redact_obj
 from funnel.apps.triage.schema import TriageResult
-from funnel.errors import ConfigError
+from funnel.deadline import DeadlineExceeded, call_within
+from funnel.errors import ConfigError, body_excerpt
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +294,10 @@ class SlackNotifier:
             attempts = attempt
             delay = self._backoff(attempt)
             try:
-                response = self._http().post(self._url, json=payload, timeout=self.timeout)
-            except httpx.TimeoutException:
+                # httpx's timeout bounds each read; the deadline bounds the attempt (a reply trickling in)
+                response = call_within(self.timeout, lambda: self._http().post(self._url, json=payload,
+                                                                                timeout=self.timeout))
+            except (httpx.TimeoutException, DeadlineExceeded):
                 detail = f"Slack did not answer within {self.timeout:g}s"
             except (httpx.HTTPError, httpx.InvalidURL, OSError) as e:
                 detail = f"cannot reach Slack: {type(e).__name__}: {self._scrub(str(e))}"
@@ -390,7 +393,7 @@ def _secret_parts(url: str) -> list[str]:
 
 
 def _body(response: httpx.Response) -> str:
-    return response.text.strip()[:_DETAIL_CHARS] or "(empty body)"  # httpx decodes with errors="replace"
+    return body_excerpt(response.text, _DETAIL_CHARS)  # a proxy's HTML page as its text; errors="replace"
 
 
 def _retry_after(value: str | None, default: float) -> float:
