@@ -176,8 +176,9 @@ class OpenAIChat:
         pieces: dict[int, dict] = {}  # tool-call index -> {"id", "name", "arguments"} assembled so far
         model, finish, usage = self.model, None, {}
         lines = self._http.stream_lines(path, payload)
+        other: list[str] = []  # lines that are not server-sent events (an HTML page, a JSON error)
         try:
-            for data in _sse_data(lines):
+            for data in _sse_data(lines, other):
                 if data == "[DONE]":
                     return ChatReply(
                         content="".join(parts),
@@ -217,6 +218,8 @@ class OpenAIChat:
                     self._merge(pieces, calls, path)
         finally:
             lines.close()
+        if other and not parts and not pieces:
+            raise self._http.error(f"{path} sent no server-sent events: {self._http.excerpt(' '.join(other))}")
         raise self._http.error(f"{path} stream ended before data: [DONE]")
 
     # --- the answer ----------------------------------------------------------------------------------
@@ -334,8 +337,11 @@ def _messages(messages: Sequence[ChatMessage]) -> list[dict]:
     return out
 
 
-def _sse_data(lines: Iterator[str]) -> Iterator[str]:
-    """The `data:` fields of server-sent events; comments (`: ping`), `event:` and `id:` lines are skipped."""
+def _sse_data(lines: Iterator[str], other: list[str]) -> Iterator[str]:
+    """The `data:` fields of server-sent events; comments (`: ping`), `event:` and `id:` lines are skipped,
+    and the first lines that are none of these are kept in `other`."""
     for line in lines:
         if line.startswith("data:"):
             yield line[5:].strip()
+        elif not line.startswith((":", "event:", "id:", "retry:")) and len(other) < 20:
+            other.append(line)
