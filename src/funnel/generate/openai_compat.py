@@ -219,7 +219,8 @@ class OpenAIChat:
         finally:
             lines.close()
         if other and not parts and not pieces:
-            raise self._http.error(f"{path} sent no server-sent events: {self._http.excerpt(' '.join(other))}")
+            sent = self._http.excerpt(" ".join(other))
+            raise self._http.error(f"{path} sent no server-sent events: {sent}")
         raise self._http.error(f"{path} stream ended before data: [DONE]")
 
     # --- the answer ----------------------------------------------------------------------------------
