@@ -345,12 +345,13 @@ def test_folder_symlinks_out_of_the_named_folder_are_not_followed(tmp_path):
     os.symlink(docs / "sub", docs / "inner")  # inside the root: followed (and de-duplicated)
     os.symlink("..", docs / "up")  # the parent tree
     os.symlink(tmp_path / "outside", docs / "ext")
-    os.symlink(tmp_path / "outside" / "secret.txt", docs / "linked.txt")  # a file link is not a folder walk
+    os.symlink(tmp_path / "outside" / "secret.txt", docs / "linked.txt")  # nor a file link (issue 17, defect 3)
+    os.symlink(docs / "a.txt", docs / "alias.txt")  # a file link inside the root: the same file, once
 
     result = discover([docs])
 
-    assert sorted(f.path.name for f in result.files) == ["a.txt", "b.txt", "secret.txt"]
-    assert set(reasons(result)) == {"up", "ext"}
+    assert sorted(f.path.name for f in result.files) == ["a.txt", "b.txt"]
+    assert set(reasons(result)) == {"up", "ext", "linked.txt"}
     assert all("not followed" in r for r in reasons(result).values())
     assert result.unlisted == []
 

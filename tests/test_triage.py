@@ -219,8 +219,13 @@ def test_a_file_swapped_for_a_symlink_after_indexing_is_not_read(repo_copy):
     assert "not a file of the indexed repository" in tools.read_file("app/pricing.py")
 
 
-def test_search_files_never_shows_indexed_content_from_outside_the_repository(repo_copy):
-    repo, p = repo_copy  # app/link.py -> ../outside.txt was followed by the ingest
+def test_a_symlink_out_of_the_repository_never_enters_the_index(repo_copy):
+    # Filtering it from every output was not enough: its text sat in the index (issue 17, defect 3).
+    repo, p = repo_copy  # app/link.py -> ../outside.txt
+    stored = [c.text for doc_id in p.store.document_hashes() for c in p.store.get_chunks(doc_id)]
+    assert stored and not any("TOP SECRET" in text for text in stored)
+    assert not any(doc_id.endswith("link.py") for doc_id in p.store.document_hashes())
+    assert not any("TOP SECRET" in h.chunk.text for h in p.store.search_lexical("TOP SECRET outside", 10))
     tools = RepoTools(FileLocator(p, repo_root=repo), repo)
     assert "TOP SECRET" not in tools.search_files("TOP SECRET outside the repository")
     assert all(not path.startswith("/") for path in tools.locator.symbols.paths)

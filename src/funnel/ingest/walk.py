@@ -3,7 +3,8 @@
 Folders are walked the way a developer expects a repository tool to behave: `.gitignore` files are
 honoured, dependency and build folders are skipped, binaries and huge files are left out. Everything
 that is skipped for a reason the user may care about comes back as an `IngestError`, never an exception.
-A folder walk stays inside the folder the user named: a symlink to a folder elsewhere is not followed.
+A folder walk stays inside the folder the user named: a symlink to a folder or file elsewhere is not
+followed (naming the target itself ingests it).
 """
 
 from __future__ import annotations
@@ -252,8 +253,8 @@ class _Walker:
             try:
                 is_dir = entry.is_dir()  # follows symlinks; loops are caught by _seen_dirs
                 is_file = not is_dir and entry.is_file()
-                # Only a symlink needs resolving, and only one to a folder needs the "inside root" check.
-                target = _resolve(path) if is_dir and entry.is_symlink() else None
+                # Only a symlink needs resolving and the "inside root" check.
+                target = _resolve(path) if entry.is_symlink() else None
             except OSError as e:
                 self._cannot(path, "cannot read", e)
                 continue
@@ -267,6 +268,11 @@ class _Walker:
                     continue
                 self._walk(path, ignores, root)
             elif is_file and not _ignored(path, ignores, is_dir=False):
+                if target is not None and not target.is_relative_to(root):
+                    # Its text would enter the index (and a triage repository's) from outside the folder named.
+                    reason = f"symlink to a file outside {root}, not followed (name it to ingest it)"
+                    self.problems.append(IngestError(str(path), reason))
+                    continue
                 self._consider(path, report_as=str(path), explicit=False)
 
     def _consider(self, path: Path, report_as: str, explicit: bool) -> None:
