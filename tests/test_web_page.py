@@ -1,7 +1,8 @@
 """The web page at `/`, driven in headless Chromium against funnel's real app on 127.0.0.1.
 
-Needs Debian's chromium (/usr/bin/chromium) and the Python `playwright` package (`make browser` installs
-both); Playwright's own browser download is never used, since it cannot run on machines without internet.
+Needs Debian's chromium-headless-shell (or chromium) and the Python `playwright` package (`make browser`
+installs both; `make test BROWSER=skip` does not, and these tests skip). Playwright's own browser download
+is never used, since it cannot run on machines without internet.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import serving
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The headless build first (what `make browser` installs), else the desktop browser if one is there.
+CHROMIUM = next((Path(p) for p in ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium") if Path(p).is_file()),
+                Path("/usr/bin/chromium-headless-shell"))
 SAMPLE_PDF = Path(__file__).parent.parent / "samples" / "docs" / "portfolio_companies.pdf"
 # Without the background-networking flags Chromium keeps dialling Google's hosts, which this closed
 # network refuses; --headless comes from Playwright (headless=True), and it gives each launch an empty
@@ -34,9 +37,11 @@ pytestmark = pytest.mark.slow
 try:
     from playwright.sync_api import expect, sync_playwright
 except ImportError:
-    pytest.skip("the web page tests need the playwright package: make browser", allow_module_level=True)
+    pytest.skip("the web page tests need the playwright package: make browser (BROWSER=skip leaves it out)",
+                allow_module_level=True)
 if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
-    pytest.skip(f"the web page tests need Debian's chromium at {CHROMIUM}: make browser", allow_module_level=True)
+    pytest.skip(f"the web page tests need Debian's chromium-headless-shell at {CHROMIUM}: make browser (as root)",
+                allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
