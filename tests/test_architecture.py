@@ -1,9 +1,11 @@
-"""The core never imports the apps or the eval harness (STYLE.md rule 7)."""
+"""The house rules: the core never imports the apps or the eval harness (STYLE.md rule 7); the README says what
+the set-up commands do to the system."""
 
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).parent.parent / "src" / "funnel"
+ROOT = Path(__file__).parent.parent
+SRC = ROOT / "src" / "funnel"
 OUTER = ("funnel.apps", "funnel.eval")
 
 
@@ -29,3 +31,15 @@ def test_core_does_not_import_apps_or_eval():
 def test_settings_are_read_only_in_apps():
     core = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] != "apps"]
     assert not [str(p) for p in core if "pydantic_settings" in _imports(p)]
+
+
+def test_what_make_test_does_to_the_system_is_said_next_to_it():
+    # `make test` installed Debian's chromium with ~100 recommended packages while the README said
+    # "everything is installed from PyPI into .venv" (issue 17, defect 7).
+    makefile = (ROOT / "Makefile").read_text()
+    installs = [line for line in makefile.replace("\\\n", " ").splitlines() if "apt-get install" in line]
+    assert installs and all("--no-install-recommends" in line for line in installs)
+    assert "ifeq ($(BROWSER),skip)" in makefile
+    readme = (ROOT / "README.md").read_text()
+    commands = readme[readme.index("## Two commands on a fresh machine"):readme.index("## Using it")]
+    assert "apt-get install --no-install-recommends" in commands and "make test BROWSER=skip" in commands
