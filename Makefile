@@ -13,7 +13,7 @@ LLM_STAMP     := $(VENV)/.llm-installed
 LLM_LOG       := $(VENV)/llm-install.log
 LLM_FAILED    := $(VENV)/llm-unavailable.txt
 
-.PHONY: install run test reranker seed-stack clean
+.PHONY: install run test soak reranker seed-stack clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ run: install
 
 test: install $(LLM_STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The full reliability suite (RELIABILITY.md): tests/reliability at soak size (FUNNEL_SOAK=1): 200 kill -9s
+# per store, fuzzing at ~10x the examples, every upstream fault repeated, `funnel serve` under mixed load for
+# 10 minutes. `make test` runs the same tests at their short size. Writes bench/results/reliability-soak.json
+# and prints the table RELIABILITY.md carries (bench/reliability_report.py).
+SOAK_OUT := bench/results/reliability-soak.json
+soak: install $(LLM_STAMP)
+	FUNNEL_SOAK=1 FUNNEL_RELIABILITY_OUT=$(SOAK_OUT) $(BIN)/python -m pytest -q tests/reliability; status=$$?; \
+	$(BIN)/python bench/reliability_report.py $(SOAK_OUT); exit $$status
 
 # Rebuild the built-in reranker from scratch (~30 min on 2 cores; needs torch, installed in .venv-train).
 reranker: install
