@@ -112,6 +112,10 @@ def calibration_summary(store, reranker: Reranker | None) -> dict:
     return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries}
 
 
+class _CutShort(Exception):
+    """A calibration given up for a newer job or a shutdown; the previous calibration stays."""
+
+
 class Collection:
     def __init__(self, name: str, root: Path, services: Services):
         self.name = name
@@ -247,19 +251,30 @@ class Collection:
         finally:
             with self._lock:
                 self._pending -= 1
-                calibrate = self._pending == 0 and self._changed and not self._closed
-                self._changed = self._changed and not calibrate
-        if calibrate:
-            self._calibrate()
+                if self._pending == 0 and self._changed and not self._closed:
+                    self._changed = False
+                    # A task of its own on the worker: the job's future (a DELETE waits on it) is done first.
+                    self._worker.submit(self._calibrate)
 
     def _calibrate(self) -> None:
         """After the last queued job: measure the reranker on the collection as it now is (`auto` uses it).
         A failure keeps the previous calibration and is logged; searches go on meanwhile."""
         if self._services.reranker is None or self.store.info() is None:
             return
+
+        def keep_going(done: int, total: int) -> None:
+            # A calibration takes tens of seconds on a busy CPU; a job behind it (a DELETE waits for its
+            # own) or a shutdown must not wait that long for a measurement the change makes stale anyway.
+            if self._closed or self.pending:
+                raise _CutShort
+
         try:
-            result = self.pipeline.calibrate()
+            result = self.pipeline.calibrate(progress=keep_going)
             log.info("collection %s calibrated: %s (%s)", self.name, result.option, result.reason)
+        except _CutShort:
+            with self._lock:
+                self._changed = True  # measured again once the queue is empty
+            log.info("calibrating collection %s was cut short by a newer job or a shutdown", self.name)
         except Exception:
             log.warning("calibrating collection %s failed; the previous calibration is kept", self.name,
                         exc_info=True)
