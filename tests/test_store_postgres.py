@@ -39,6 +39,31 @@ class TestPgStore(StoreContract):
         _write(writer, CORPUS[1:])
         assert (reader.info().chunks, reader.info().version) == (4, 2)
 
+    def test_a_read_stuck_behind_a_lock_ends_with_a_line(self, pg_dsn):
+        # A search must not hang for as long as something else holds the table (issue 17, upstream faults).
+        import threading
+
+        _write(PgStore(pg_dsn), CORPUS)
+        store = PgStore(pg_dsn, read_timeout_s=0.5)
+        assert store.info().chunks == 4  # connected, tables found
+        outcome: list[BaseException | object] = []
+
+        def search():
+            try:
+                outcome.append(store.search_lexical("alpha", 3))
+            except BaseException as e:  # noqa: BLE001 - the test reads it below
+                outcome.append(e)
+
+        with psycopg.connect(pg_dsn) as locker:
+            locker.execute("LOCK TABLE funnel_chunks, funnel_terms, funnel_postings IN ACCESS EXCLUSIVE MODE")
+            reader = threading.Thread(target=search)
+            reader.start()
+            reader.join(timeout=5)
+            assert not reader.is_alive(), "the search still waits on the lock after 5 s"
+        assert isinstance(outcome[0], StoreError) and "did not answer within 0.5 s" in str(outcome[0])
+        assert "\n" not in str(outcome[0])
+        assert store.search_lexical("alpha", 3) is not None  # the lock is gone: the same store reads again
+
     def test_second_writer_gets_a_clear_error(self, pg_dsn):
         with PgStore(pg_dsn).transaction(EMB.name, EMB.dim):
             with pytest.raises(StoreError, match="another ingest"):

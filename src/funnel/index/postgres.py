@@ -93,7 +93,7 @@ class PgStore:
     Cheap to build: it connects on first use. Reads share one connection (a lock serialises the threads
     of a server); each write transaction opens its own."""
 
-    def __init__(self, dsn: str, table_prefix: str = "funnel"):
+    def __init__(self, dsn: str, table_prefix: str = "funnel", read_timeout_s: float = 60.0):
         if not _PREFIX.fullmatch(table_prefix):
             raise ConfigError(f"table prefix {table_prefix!r}: use lower-case letters, digits and _ (max 40)")
         psycopg = _psycopg()
@@ -112,6 +112,7 @@ class PgStore:
         self._label = f"postgresql://{user}{self._where_to} (tables {table_prefix}_*)"
         self.prefix = table_prefix
         self._t = {name: f"{table_prefix}_{name}" for name in ("meta", "chunks", "terms", "postings", "calibration")}
+        self._read_timeout_ms = max(1, round(read_timeout_s * 1000))
         self._conn = None
         self._exists = False
         self._lock = threading.Lock()
@@ -130,7 +131,11 @@ class PgStore:
 
     def _connect(self):
         psycopg = _psycopg()
-        extra = {} if "connect_timeout" in self._dsn else {"connect_timeout": 10}
+        # Bounded connect, and keepalives so a server that vanished mid-query is noticed (~1 min) instead of
+        # a read that never returns; a DSN that sets its own wins.
+        defaults = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                    "keepalives_count": 3}
+        extra = {k: v for k, v in defaults.items() if k not in self._dsn}
         try:
             return psycopg.connect(self._dsn, autocommit=True, **extra)
         except psycopg.Error as e:
@@ -145,10 +150,15 @@ class PgStore:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
+                    # A search stuck behind a lock or a wedged server ends with a line, not a hung request.
+                    self._conn.execute(f"SET statement_timeout = {self._read_timeout_ms}")
                 if not self._exists:
                     found = self._conn.execute("SELECT to_regclass(%s)", [self._t["meta"]]).fetchone()[0]
                     self._exists = found is not None
                 yield self._conn if self._exists else None
+            except psycopg.errors.QueryCanceled:
+                raise StoreError(f"{self}: PostgreSQL did not answer within {self._read_timeout_ms / 1000:g} s "
+                                 "(a lock held by a writer, or an overloaded server); try again") from None
             except psycopg.OperationalError as e:
                 self._conn.close()
                 raise StoreError(f"lost the connection to PostgreSQL at {self._where_to}: "
