@@ -522,3 +522,15 @@ def test_excerpts_are_not_sent(make, receiver):
     r.files[0].excerpt = "def secret_code(): pass"
     make().notify(r)
     assert b"secret_code" not in receiver.raw[0]
+
+
+def test_the_slack_bounds_are_settings(tmp_path):
+    # A Slack that is down held a report for ~57 s (10 s x 5 attempts) with no way to shorten it.
+    from funnel.apps.settings import Settings
+    from funnel.apps.triage.build import build_triage
+
+    settings = Settings(embedder="hashing", reranker="none", index=tmp_path / "index", repo=tmp_path,
+                        incidents=tmp_path / "incidents.sqlite", slack_webhook_url="http://127.0.0.1:9/hook",
+                        slack_timeout_s=0.5, slack_retries=1)
+    notifier = build_triage(settings).notifier
+    assert (notifier.timeout, notifier.max_retries) == (0.5, 1)

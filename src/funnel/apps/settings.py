@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     llm_answer_tokens: int = Field(512, ge=8, description="longest LLM answer, in tokens")
     repo: Path | None = Field(None, description="triage: the repository root (read_file is confined to it)")
     slack_webhook_url: SecretStr | None = Field(None, description="triage: Slack incoming-webhook URL")
+    slack_timeout_s: float = Field(10.0, gt=0, description="triage: bound on each attempt to post to Slack")
+    slack_retries: int = Field(4, ge=0, le=10, description="triage: retries after a failed post (429, 5xx, down)")
     incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")
     data_dir: Path = Field(Path(".funnel-data"), description="serve: collections (indexes + uploaded files)")
     max_upload_mb: int = Field(50, ge=1, le=10_000, description="serve: largest upload request, in MiB")

@@ -42,6 +42,7 @@ def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=Non
         pipeline,
         repo_root=repo,
         chat=chat if chat is not None else build_chat(settings),
-        notifier=SlackNotifier(webhook) if webhook else None,
+        notifier=SlackNotifier(webhook, timeout=settings.slack_timeout_s, max_retries=settings.slack_retries)
+        if webhook else None,
         incidents=IncidentStore(settings.incidents),
     )
