@@ -298,6 +298,8 @@ class Load:
         try:
             verdict = action(client, rng)
             why = ""
+            if verdict is None:
+                return  # nothing was sent
         except Unexpected as e:
             verdict, why = "unexpected", str(e)
         except httpx.HTTPError as e:  # refused, reset, timed out: never expected
@@ -358,10 +360,10 @@ class Load:
             self.pool.extend(d["id"] for d in r.json())
         return "ok"
 
-    def _delete(self, client, rng) -> str:
+    def _delete(self, client, rng) -> str | None:
         with self._pool_lock:
             if not self.pool:
-                return "ok"  # another client took the last one; counted, nothing sent is nothing failed
+                return None  # another client took the last one
             doc_id = self.pool.popleft()
         r = client.delete(f"/v1/collections/{COLLECTION}/documents/{doc_id}")
         self._expect(r, 204)

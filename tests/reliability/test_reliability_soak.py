@@ -11,6 +11,8 @@ FUNNEL_SOAK_SECONDS overrides either):
 - nothing grows without bound once warmed up (the first half of the run is warm-up: model arenas, caches,
   the first calibrations). Over the second half:
   * file descriptors: the last sample is at most FD_SLACK above the highest of the half's first samples;
+  * threads: never more than THREAD_SLACK above the start (the request threadpool is capped at 40 by
+    anyio; a thread left behind per request or per stream would pass that within the first minute);
   * RSS: the least-squares slope, projected over 10 minutes, stays under RSS_BOUND_MB (100 MB, i.e. a leak
     of 170 KB/s would fail it). A half shorter than two minutes is too short to project from, so there the
     rise itself (last sample minus the half's first) must stay under RSS_BOUND_MB;
@@ -48,6 +50,7 @@ SAMPLE_EVERY_S = 2.0 if SECONDS < 120 else 5.0
 RSS_BOUND_MB = 100.0
 PROJECT_OVER_S = 600.0
 FD_SLACK = 16
+THREAD_SLACK = 40 + 16
 SHUTDOWN_S = 15.0
 
 
@@ -125,7 +128,7 @@ def test_funnel_serve_under_mixed_load(tmp_path, tally):
         tried=outcomes.tried, failed=len(unexpected), seconds=round(ran_s, 1), clients=CLIENTS,
         rss_start_mb=round(rss[0], 1), rss_end_mb=round(rss[-1], 1), rss_peak_mb=round(max(rss), 1),
         fds_start=samples[0].fds, fds_end=samples[-1].fds, threads_start=samples[0].threads,
-        threads_end=samples[-1].threads, by_kind=outcomes.by_kind(), errors_expected=sum(outcomes.expected.values()),
+        threads_end=samples[-1].threads, threads_peak=max(s.threads for s in samples), by_kind=outcomes.by_kind(), errors_expected=sum(outcomes.expected.values()),
         median_ms=latency, shutdown_s=round(shutdown_s, 2), exit_status=code, **g,
     )
     print(f"\nsoak: {outcomes.tried} requests in {ran_s:.0f} s {outcomes.by_kind()}, "
@@ -138,6 +141,7 @@ def test_funnel_serve_under_mixed_load(tmp_path, tally):
     assert all(outcomes.ok[k] for k in ("search", "ask", "upload", "delete", "triage")), outcomes.ok
     assert samples[-1].fds <= g["fds_half_start"] + FD_SLACK, g
     assert g["rss_growth_mb"] < RSS_BOUND_MB, g
+    assert max(s.threads for s in samples) <= samples[0].threads + THREAD_SLACK, [s.threads for s in samples]
     clean = code in (0, -signal.SIGTERM) and "Finished server process" in log
     assert clean, f"SIGTERM: exit {code} after {shutdown_s:.1f} s\n{log[-2000:]}"
 
