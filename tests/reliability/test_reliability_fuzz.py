@@ -271,13 +271,14 @@ def test_beir_loader(tally):
 
     fuzz(tally, "BEIR loader (corpus, queries, qrels)", BEIR, check_beir, short=150, soak=2500, examples=[
         # before the fix: UnicodeDecodeError, ValueError (over 4300 digits), AttributeError (twice),
-        # csv.Error, RecursionError
+        # csv.Error, RecursionError, UnicodeEncodeError
         case(b'{"_id": "d1", "text": "\xff"}\n'),
         case(b'{"_id": ' + b"1" * 5000 + b"}\n"),
         case(b'{"_id": "d1", "text": 5}\n', judged),
         case(b'{"_id": "d1", "metadata": [1]}\n', judged, "document"),
         case(b'{"_id": "d1", "text": "a"}\n', header + b'q1\t"' + b"x" * 200_000 + b"\n"),
         case(deep(100_000).encode()),
+        case(b'{"_id": "d1", "title": "\\ud800"}\n'),  # UnicodeEncodeError (hashing the title) before the fix
     ])
 
 
@@ -287,8 +288,18 @@ QUESTION = st.one_of(
         "answer_contains": st.one_of(JSON, st.lists(TEXT, max_size=3)), "page": JSON, "pages": JSON}),
     JSON,
 )
-QUESTION_SET = st.fixed_dictionaries({}, optional={
-    "questions": st.one_of(st.lists(QUESTION, max_size=5), JSON), "documents": st.one_of(JSON, TEXT)})
+VALID_QUESTION = st.fixed_dictionaries(
+    {"question": st.text(min_size=1, max_size=40).filter(str.strip),
+     "sources": st.lists(st.text(min_size=1, max_size=20), min_size=1, max_size=1)},
+    optional={"id": st.one_of(st.text(max_size=10), st.integers()),
+              "answer_contains": st.lists(TEXT, max_size=2),
+              "page": st.one_of(st.integers(-1, 5), st.lists(st.integers(0, 5), max_size=3))})
+QUESTION_SET = st.one_of(
+    st.fixed_dictionaries({}, optional={
+        "questions": st.one_of(st.lists(QUESTION, max_size=5), JSON), "documents": st.one_of(JSON, TEXT)}),
+    st.fixed_dictionaries({"questions": st.lists(VALID_QUESTION, min_size=1, max_size=4),
+                           "documents": st.one_of(st.just("docs"), st.lists(TEXT, max_size=2))}),
+)
 
 
 def _yaml(value) -> str:
@@ -728,6 +739,16 @@ RERANK_BODIES = st.one_of(
 ).flatmap(whole_or_truncated)
 
 
+@st.composite
+def well_formed_rerank(draw, n: int) -> bytes:
+    """Every index once, scores of any size (logits too), under each API's key or as a bare list."""
+    order = draw(st.permutations(range(n)))
+    scores = st.one_of(st.floats(0, 1), st.floats(-1e308, 1e308), st.integers(-10**6, 10**6))
+    items = [{"index": i, "relevance_score": draw(scores), "score": draw(scores)} for i in order]
+    shape = draw(st.sampled_from(["results", "data", "list"]))
+    return json.dumps(items if shape == "list" else {shape: items}).encode()
+
+
 def test_http_rerank_response_parsers(tally):
     from funnel.rerank.http import HttpReranker
 
@@ -743,9 +764,13 @@ def test_http_rerank_response_parsers(tally):
         assert len(result.scores) == n and all(0.0 <= s <= 1.0 for s in result.scores), result
         return "ok"
 
-    fuzz(tally, "HTTP rerank response parsers (ollama, cohere, tei, infinity)",
-         st.tuples(st.sampled_from(["ollama", "cohere", "tei", "infinity"]), RESPONSE_STATUS, RERANK_BODIES,
-                   st.integers(1, 4)), check, short=400, soak=6000,
+    apis = st.sampled_from(["ollama", "cohere", "tei", "infinity"])
+    cases = st.one_of(
+        st.tuples(apis, RESPONSE_STATUS, RERANK_BODIES, st.integers(1, 4)),
+        st.integers(1, 4).flatmap(lambda n: st.tuples(apis, st.just(200), well_formed_rerank(n), st.just(n))),
+    )
+    fuzz(tally, "HTTP rerank response parsers (ollama, cohere, tei, infinity)", cases, check,
+         short=400, soak=6000,
          examples=[("cohere", 200, deep(100_000).encode(), 2)])  # RecursionError before the fix
 
 
@@ -768,7 +793,18 @@ def openai_body(draw_json):
 
 
 LLM_JSON = openai_body(JSON)
+CONTENT_TEXT = st.one_of(TEXT, st.none())
+WELL_FORMED_LLM = st.one_of(
+    CONTENT_TEXT.map(lambda c: json.dumps({"choices": [{"message": {"content": c}, "text": c}]})),
+    CONTENT_TEXT.map(lambda c: json.dumps({"message": {"content": c}, "done": True})),
+    st.lists(CONTENT_TEXT, max_size=5).map(lambda parts: "\n\n".join(
+        [f"data: {json.dumps({'choices': [{'delta': {'content': p}, 'text': p}]})}" for p in parts]
+        + ["data: [DONE]"])),
+    st.lists(CONTENT_TEXT, max_size=5).map(lambda parts: "\n".join(
+        [json.dumps({"message": {"content": p}, "done": False}) for p in parts] + ['{"done": true}'])),
+)
 LLM_BODIES = st.one_of(
+    WELL_FORMED_LLM, WELL_FORMED_LLM,
     LLM_JSON.map(json.dumps),
     st.lists(st.one_of(LLM_JSON.map(lambda v: "data: " + json.dumps(v)), st.just("data: [DONE]"),
                        st.just(": ping"), TEXT, st.just("data: " + deep(100_000)),

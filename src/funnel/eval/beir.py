@@ -56,7 +56,19 @@ def _jsonl(path: Path) -> Iterator[dict]:
                     raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
                 if not isinstance(record, dict) or "_id" not in record:
                     raise ConfigError(f"{path}:{number}: expected a JSON object with an '_id'")
+                if ("\\ud" in line or "\\uD" in line) and not _is_text(record):
+                    raise ConfigError(f"{path}:{number}: a \\u escape of a lone surrogate is not text")
                 yield record
+
+
+def _is_text(record: dict) -> bool:
+    """False when a string holds a lone surrogate ("\\ud800" escaped in the JSON): it cannot be encoded,
+    hashed or stored. A pair ("\\ud83d\\ude00", an emoji) decodes to one character and is fine."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _text_field(record: dict, key: str, path: Path) -> str:
