@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
@@ -60,6 +64,31 @@ def _fail(e: FunnelError) -> None:
     raise typer.Exit(e.exit_code)
 
 
+@contextmanager
+def _stopping_once(message: str) -> Iterator[None]:
+    """The first Ctrl-C prints `message` and stops the command (KeyboardInterrupt, so transactions roll
+    back); later ones are ignored until the process ends. A second KeyboardInterrupt would cut the
+    rollback short, and leave onnxruntime's or Lance's native threads running into interpreter shutdown:
+    a C++ abort ("terminate called without an active exception")."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN, None
+    ):  # signals can only be set in the main thread; an ignored SIGINT (a background job) stays ignored
+        yield
+        return
+
+    def first(signum, frame) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        err.print(message)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:  # not interrupted: back to normal
+            signal.signal(signal.SIGINT, previous)
+
+
 def _settings(**flags):
     try:
         return load_settings(**flags)
@@ -88,22 +117,22 @@ def ingest(
         _fail(ConfigError("an empty path was given; name files or folders to ingest"))
     settings = _settings(index=index, embedder=embedder, reranker=reranker)
     try:
-        pipeline = build_pipeline(settings)
-        with Progress(
-            TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            TextColumn("{task.fields[document]}"), console=err, transient=True, disable=not err.is_terminal,
-        ) as bar:
-            task = bar.add_task("ingest", total=None, document="")
+        with _stopping_once("interrupted: stopping; the index keeps the last ingest that completed"):
+            pipeline = build_pipeline(settings)
+            with Progress(
+                TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[document]}"), console=err, transient=True, disable=not err.is_terminal,
+            ) as bar:
+                task = bar.add_task("ingest", total=None, document="")
 
-            def pages(path: str, read: int, total: int) -> None:  # a long PDF shows how far it is
-                bar.update(task, document=f"{path} p.{read}/{total}" if read < total else "")
+                def pages(path: str, read: int, total: int) -> None:  # a long PDF shows how far it is
+                    bar.update(task, document=f"{path} p.{read}/{total}" if read < total else "")
 
-            report = pipeline.ingest(
-                [Path(p) for p in paths], progress=lambda done, total: bar.update(task, completed=done, total=total),
-                pages=pages,
-            )
-    except KeyboardInterrupt:
-        err.print("interrupted: the index holds the last ingest that completed")
+                report = pipeline.ingest(
+                    [Path(p) for p in paths],
+                    progress=lambda done, total: bar.update(task, completed=done, total=total), pages=pages,
+                )
+    except KeyboardInterrupt:  # _stopping_once said so
         raise typer.Exit(130) from None
     except FunnelError as e:
         _fail(e)
@@ -128,7 +157,7 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
     from funnel.calibrate import DEFAULT_QUERIES
 
     try:
-        with Progress(
+        with _stopping_once("interrupted: stopping; the previous calibration is kept"), Progress(
             TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
             console=err, transient=True, disable=not err.is_terminal,
         ) as bar:
@@ -136,8 +165,7 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
             result = pipeline.calibrate(
                 n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total)
             )
-    except KeyboardInterrupt:
-        err.print("interrupted: the previous calibration is kept")
+    except KeyboardInterrupt:  # _stopping_once said so
         raise typer.Exit(130) from None
     except FunnelError as e:
         if not after_ingest:

@@ -3,11 +3,13 @@
 Atomicity comes from Lance's versioned manifests plus a small state file: every write goes to new
 table versions, but readers open the version named in `funnel_index.json`, which is replaced
 atomically (os.replace) only when an ingest commits. An interrupted ingest therefore leaves readers on
-the previous version, and the next writer restores the table to it before writing.
+the previous version; the rollback (or, after a kill, the next writer) restores the table to it and
+deletes what the interrupted ingest wrote.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 import threading
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,6 +43,10 @@ ANN_MIN_ROWS = 50_000
 NEVER = timedelta(days=36500)
 # Versions this much older than the previous commit are pruned at a commit (see _drop_old_versions).
 PRUNE_MARGIN = timedelta(seconds=30)
+# Write failures that are about the disk, not the index: said in one line, as an index problem.
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+# Lance (Rust) reports them as a RuntimeError or OSError whose text ends in "(os error 28)".
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 _CHUNK_FIELDS = [
     ("chunk_id", pa.string()),
@@ -191,16 +198,25 @@ class LanceStore:
             mtime = None
         with self._lock:
             if (self._table is None and self._state is None) or mtime != self._state_mtime:
-                state = self._read_state()
-                table = None
-                if state is not None:
-                    try:
-                        table = self._connect().open_table(TABLE)
-                        table.checkout(state["version"])
-                    except Exception as e:  # files deleted or corrupted under us
-                        raise StoreError(f"{self.path}: the index is damaged ({e}); ingest into a new index") from e
+                state, table = self._open_committed()
                 self._state, self._state_mtime, self._table = state, mtime, table
             return self._table
+
+    def _open_committed(self) -> tuple[dict | None, object]:
+        state = self._read_state()
+        if state is None:
+            return None, None
+        try:
+            table = self._connect().open_table(TABLE)
+            table.checkout(state["version"])
+            return state, table
+        except Exception as e:
+            # A rollback moves readers to a copy of the committed version, then prunes the original:
+            # a reader that read the state file just before may find its version gone. The state says where.
+            again = self._read_state()
+            if again is None or again["version"] == state["version"]:  # files deleted or corrupted under us
+                raise StoreError(f"{self.path}: the index is damaged ({e}); ingest into a new index") from e
+            return self._open_committed()
 
     def info(self) -> IndexInfo | None:
         self._reader()
@@ -283,6 +299,19 @@ class LanceStore:
     @contextmanager
     def transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
         try:
+            with self._transaction(embedder, dim) as tx:
+                yield tx
+        except (OSError, RuntimeError) as e:
+            code = _disk_error(e)
+            if code is None:
+                raise
+            raise StoreError(
+                f"cannot write the index at {self.path}: {os.strerror(code)}; it keeps the last ingest that completed"
+            ) from e
+
+    @contextmanager
+    def _transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
+        try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
             raise StoreError(f"{self.path} is a file, not an index directory") from None
@@ -295,7 +324,7 @@ class LanceStore:
                     f"{self.path} was built with embedder {state['embedder']} (dim {state['dim']}), "
                     f"not {embedder} (dim {dim}); use that embedder or ingest into a new index"
                 )
-            table = self._open_for_write(state, dim)
+            table, state = self._open_for_write(state, dim)
             tx = _LanceTransaction(table, dim)
             try:
                 yield tx
@@ -324,28 +353,47 @@ class LanceStore:
             fcntl.flock(fh, fcntl.LOCK_UN)
             fh.close()
 
-    def _open_for_write(self, state: dict | None, dim: int):
+    def _open_for_write(self, state: dict | None, dim: int) -> tuple[object, dict | None]:
+        """The table to write, at the committed version, and the state (moved when a killed ingest is undone)."""
         db = self._connect()
         exists = TABLE in db.table_names()
         if exists and state is None:
             db.drop_table(TABLE)  # left by a first ingest that never committed
             exists = False
         if not exists:
-            return db.create_table(TABLE, schema=_schema(dim))
+            return db.create_table(TABLE, schema=_schema(dim)), None
         table = db.open_table(TABLE)
         if table.version != state["version"]:
             log.info("discarding an interrupted ingest (table v%s -> v%s)", table.version, state["version"])
-            table.restore(state["version"])
-        return table
+            state = self._roll_back(table, state)
+        return table, state
 
     def _discard(self, table, state: dict | None) -> None:
         try:
             if state is None:
                 self._connect().drop_table(TABLE, ignore_missing=True)
             elif table.version != state["version"]:
-                table.restore(state["version"])
-        except Exception as e:  # the next writer restores anyway; never mask the original error
+                self._roll_back(table, state)
+        except Exception as e:  # the next writer rolls back anyway; never mask the original error
             log.warning("could not roll back %s now (%s); the next ingest will", self.path, e)
+
+    def _roll_back(self, table, state: dict) -> dict:
+        """Put the table back at the committed version and delete every file the interrupted ingest wrote.
+
+        Lance restores by writing a copy of the committed version as the newest one, and prunes only by
+        age, while the versions to drop are younger than the committed one. So readers move to the copy
+        first (same rows, same counts), then every other version goes, with any file no version
+        references (a write killed before its commit; we hold the write lock, so none is in progress).
+        A query still running on the committed version keeps its files (the copy references them); one
+        still running on a version before it, from before the last commit, may not."""
+        table.restore(state["version"])
+        state = self._write_state({**state, "version": table.version})
+        with warnings.catch_warnings():  # "removes every version except the latest": that is the point here
+            warnings.simplefilter("ignore", UserWarning)
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+        if table.version != state["version"]:  # optimize compacted: same rows again
+            state = self._write_state({**state, "version": table.version})
+        return state
 
     def _refresh_indexes(self, table) -> None:
         from lancedb.index import FTS
@@ -373,7 +421,9 @@ class LanceStore:
             # Both stamps come from Lance's clock (no time-zone guesswork); the newest version was written
             # moments ago, so "older than newest - keep + margin" cuts just before `keep`.
             age = stamps[max(stamps)] - stamps[keep] + PRUNE_MARGIN
-            table.optimize(cleanup_older_than=age)
+            # delete_unverified: files no version references are left by a killed write, as no other
+            # write can be in progress under our lock.
+            table.optimize(cleanup_older_than=age, delete_unverified=True)
         except Exception as e:  # disk space is reclaimed by a later commit instead
             log.warning("could not drop old versions of %s: %s", self.path, e)
         return table.version != before
@@ -393,6 +443,14 @@ class LanceStore:
         _write_json_atomically(self.path / STATE_FILE, state)
         self._table = None  # the next read reopens at the new version
         return state
+
+
+def _disk_error(e: BaseException) -> int | None:
+    """The errno of a full, read-only or forbidden disk behind `e`, from Python or from Lance; else None."""
+    code = getattr(e, "errno", None)
+    if code is None and (match := _OS_ERROR.search(str(e))):
+        code = int(match.group(1))
+    return code if code in _DISK_ERRORS else None
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:
