@@ -190,5 +190,5 @@ def test_a_long_pdf_upload_shows_its_page_while_it_is_read(tmp_path):
             time.sleep(0.05)
     finally:
         collection.close()
-    assert seen == ["page 10 of 25", "page 20 of 25", None]
+    assert seen == ["page 10 of 25", "page 20 of 25", "chunks 0 of 25", "chunks 25 of 25", None]  # then embedded
     assert collection.registry.get(record.id).progress is None

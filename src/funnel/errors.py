@@ -51,6 +51,14 @@ class NotFound(FunnelError):
     """A named item (incident, collection, document) does not exist."""
 
 
+class Cancelled(BaseException):  # noqa: N818 (a stop asked for, not an error)
+    """Work stopped on purpose: an upload's ingest when its document or collection is deleted.
+
+    A BaseException, like asyncio.CancelledError, so the `except Exception` that keeps one odd file from
+    failing a whole ingest (or a PDF's pages from failing their document) never swallows it; the store
+    transaction it passes through rolls back."""
+
+
 class UpstreamError(FunnelError):
     """A remote or model backend failed while serving a request."""
 

@@ -29,9 +29,15 @@ log = logging.getLogger(__name__)
 
 # Chunks are embedded and written in batches of this size: bounded memory, steady progress.
 BATCH = 256
+# A batch is embedded this many chunks at a time, and progress told (and a cancel obeyed) between them: a
+# CPU model takes seconds per slice on a busy machine, half a minute per batch.
+EMBED_SLICE = 64
 
 Progress = Callable[[int, int], None]  # (documents done, documents to do)
 PageProgress = Callable[[str, int, int], None]  # (document path, pages read, pages) while a PDF loads
+# (chunks embedded, chunks found so far): told around every EMBED_SLICE chunks embedded. An exception
+# raised from it (funnel.errors.Cancelled) stops the ingest there, and the store transaction rolls back.
+ChunkProgress = Callable[[int, int], None]
 
 
 @dataclass
@@ -137,8 +143,12 @@ class Indexer:
         report.seconds = time.perf_counter() - started
         return report
 
-    def ingest_documents(self, documents: Iterable[LoadedDocument], progress: Progress | None = None) -> IngestReport:
-        """Ingest already-loaded documents (datasets, API uploads). Nothing is removed."""
+    def ingest_documents(
+        self, documents: Iterable[LoadedDocument], progress: Progress | None = None,
+        chunks: ChunkProgress | None = None,
+    ) -> IngestReport:
+        """Ingest already-loaded documents (datasets, API uploads). Nothing is removed. `chunks` hears how
+        many chunks are embedded, slice by slice, and may stop the ingest."""
         started = time.perf_counter()
         report = IngestReport()
 
@@ -153,12 +163,12 @@ class Indexer:
                 pending.append(_Pending(doc_id, fingerprint, doc_id not in stored, lambda d=doc: d))
             return pending, set()
 
-        self._sync(plan, report, progress)
+        self._sync(plan, report, progress, chunks)
         report.seconds = time.perf_counter() - started
         return report
 
     def _sync(self, plan: Callable[[dict[str, str]], tuple[list[_Pending], set[str]]], report: IngestReport,
-              progress: Progress | None) -> None:
+              progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> None:
         # What changed is decided under the write lock, against the committed index: two ingests of the
         # same tree can then never both add a document.
         with self.store.transaction(self.embedder.name, self.embedder.dim) as tx:
@@ -174,16 +184,24 @@ class Indexer:
             batch: list[Chunk] = []
             replaced: set[str] = set()
             writing: Future[int] | None = None
+            found = embedded = 0
+
+            def tell(n: int) -> None:  # in the writer thread
+                nonlocal embedded
+                embedded += n
+                if chunk_progress:
+                    chunk_progress(embedded, found)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="funnel-ingest") as writer:
 
                 def flush() -> None:
                     nonlocal writing
                     if writing is not None:
                         report.chunks += writing.result()
-                    writing = writer.submit(self._write, tx, batch, replaced)
+                    writing = writer.submit(self._write, tx, batch, replaced, tell)
 
                 for done, (item, chunks, drop_old) in enumerate(self._chunked(pending, report), start=1):
                     batch.extend(chunks)
+                    found += len(chunks)
                     if drop_old and not item.is_new:
                         replaced.add(item.doc_id)
                     if len(batch) >= BATCH:
@@ -228,11 +246,18 @@ class Indexer:
                 report.updated += 1
             yield item, [replace(c, content_hash=item.fingerprint) for c in chunks], True
 
-    def _write(self, tx, chunks: list[Chunk], replaced: set[str]) -> int:
+    def _write(self, tx, chunks: list[Chunk], replaced: set[str], tell: Callable[[int], None]) -> int:
         if replaced:
             tx.delete_documents(replaced)
         if not chunks:
             return 0
-        vectors = self.embedder.embed([c.text for c in chunks])
-        tx.add(chunks, np.asarray(vectors, dtype=np.float32))
+        # One long document is one batch (batches are cut between documents), but it is embedded a slice
+        # at a time, so its progress is heard, and a cancel obeyed, every EMBED_SLICE chunks.
+        vectors = []
+        for start in range(0, len(chunks), EMBED_SLICE):
+            tell(0)
+            part = chunks[start : start + EMBED_SLICE]
+            vectors.append(np.asarray(self.embedder.embed([c.text for c in part]), dtype=np.float32))
+            tell(len(part))
+        tx.add(chunks, np.concatenate(vectors))
         return len(chunks)

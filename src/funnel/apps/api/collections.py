@@ -2,11 +2,12 @@
 
     POST   /v1/collections                             {name} -> 201 collection
     GET    /v1/collections                             -> [collection]  (`default` always listed)
-    DELETE /v1/collections/{name}                      -> 204
+    DELETE /v1/collections/{name}                      -> 204 (its running ingest cancelled, not waited for)
     POST   /v1/collections/{name}/documents            multipart, field `file` (one or more) -> 202 [document]
     GET    /v1/collections/{name}/documents            -> [document]
     GET    /v1/collections/{name}/documents/{id}       -> document
-    DELETE /v1/collections/{name}/documents/{id}       -> 204 (file and chunks gone)
+    DELETE /v1/collections/{name}/documents/{id}       -> 204 (file and chunks gone; a queued or ingesting
+                                                           document is never written: its ingest is cancelled)
     GET    /v1/collections/{name}/documents/{id}/file  -> the original file, its own content type
     GET    /v1/collections/{name}/chunks/{chunk_id}    -> the passage a citation names (`#` sent as %23)
     POST   /v1/collections/{name}/search               {query, k?, policy?, explain?} -> results, explained
@@ -74,7 +75,7 @@ def upload_documents(
 
 @router.get("/{name}/documents", response_model=list[DocumentOut])
 def list_documents(coll: CollectionDep) -> list[DocumentOut]:
-    return [DocumentOut.of(r) for r in coll.registry.list()]
+    return [DocumentOut.of(r) for r in coll.documents()]
 
 
 @router.get("/{name}/documents/{doc_id}", response_model=DocumentOut)

@@ -6,9 +6,14 @@
                              /index/            the LanceStore
 
 Ingestion runs in the background on one worker thread per collection, so a collection has one writer at a
-time; deleting a document runs on the same worker, after any ingest already queued. Readers search the
-last committed index version meanwhile (LanceStore commits atomically). A document left "queued" or
-"ingesting" by a stopped server is queued again when its collection is next opened.
+time. Readers search the last committed index version meanwhile (LanceStore commits atomically). A document
+left "queued" or "ingesting" by a stopped server is queued again when its collection is next opened.
+
+Deleting never waits for an ingest: a queued document is skipped when its turn comes, an ingesting one is
+cancelled (checked between pages and between slices of embedded chunks; its transaction rolls back, so none
+of it is written), and a ready one's chunks leave the index on the worker, behind the running ingest
+(search hides them meanwhile). Deleting a collection cancels its jobs the same way and removes its folder once the
+worker has stopped.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.registry import DocumentRecord, DocumentRegistry, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload, check, save
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError, FunnelError, IngestError, NotFound
+from funnel.errors import Cancelled, ConfigError, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
 from funnel.index.lance import LanceStore
 from funnel.ingest import SourceFile, load
@@ -59,8 +65,13 @@ def one_line(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
-# A long PDF's upload status is rewritten every this many pages (the registry is a file written whole).
+# A long PDF's upload status is rewritten every this many pages (the registry is a file written whole);
+# chunk progress once per embedded slice (funnel.indexer.EMBED_SLICE chunks).
 PROGRESS_EVERY_PAGES = 10
+# Deleting a ready document waits this long for its chunks to leave the index; behind a running ingest
+# (or calibration) it returns sooner and search hides the chunks until they are gone.
+DROP_WAIT_S = 1.0
+NO_PROGRESS = {"progress": None, "progress_done": None, "progress_total": None}
 
 
 @dataclass(frozen=True)
@@ -132,10 +143,15 @@ class Collection:
         self._pending = 0
         self._changed = False  # an ingest or delete since the last calibration
         self._closed = False
+        self._queue: list[str] = []  # documents waiting for the worker, in order (for their place)
+        self._running: str | None = None  # the document being ingested
+        self._cancel = threading.Event()  # set to stop the running ingest
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"funnel-ingest-{name}")
         for record in self.registry.list():
+            if record.status is DocumentStatus.INGESTING:  # stopped mid-way: it starts again, in the queue
+                self.registry.update(record.id, status=DocumentStatus.QUEUED, **NO_PROGRESS)
             if record.status in (DocumentStatus.QUEUED, DocumentStatus.INGESTING):
-                self._submit(self._ingest, record.id)
+                self._queue_ingest(record.id)
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -169,7 +185,25 @@ class Collection:
         record = self.registry.get(doc_id)
         if record is None:
             raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
-        return record
+        return self._with_place(record, self.queue_places())
+
+    def documents(self) -> list[DocumentRecord]:
+        """Every document; a queued one's progress says its place in the queue."""
+        places = self.queue_places()
+        return [self._with_place(r, places) for r in self.registry.list()]
+
+    def queue_places(self) -> dict[str, int]:
+        """Each queued document's place in the queue: 1 is next."""
+        with self._lock:
+            return {doc_id: n for n, doc_id in enumerate(self._queue, start=1)}
+
+    @staticmethod
+    def _with_place(record: DocumentRecord, places: dict[str, int]) -> DocumentRecord:
+        place = places.get(record.id)
+        if record.status is not DocumentStatus.QUEUED or place is None:
+            return record
+        return replace(record, progress=f"position {place} of {len(places)} in the queue",
+                       progress_done=place, progress_total=len(places))
 
     def file_path(self, record: DocumentRecord) -> Path:
         path = self.uploads / record.filename
@@ -193,7 +227,19 @@ class Collection:
             waiting = self.pending
             more = f"; {waiting} upload(s) still being ingested" if waiting else ": upload documents first"
             raise Conflict(f"collection {self.name!r} has no indexed documents yet{more}")
-        return self.pipeline.search(query, k=k, policy=policy)
+        return self._without_deleted(self.pipeline.search(query, k=k, policy=policy))
+
+    def _without_deleted(self, result: SearchResult) -> SearchResult:
+        """The result without documents deleted whose chunks still wait to leave the index."""
+        known = {r.id for r in self.registry.list()}
+        if {d.doc_id for d in result.documents} | {h.chunk.doc_id for h in result.hits} <= known:
+            return result
+        documents = [d for d in result.documents if d.doc_id in known]
+        return replace(
+            result,
+            documents=tuple(replace(d, rank=rank) for rank, d in enumerate(documents, start=1)),
+            hits=tuple(h for h in result.hits if h.chunk.doc_id in known),
+        )
 
     # --- writing ------------------------------------------------------------------------------------------
 
@@ -219,23 +265,51 @@ class Collection:
                 (self.uploads / record.filename).unlink(missing_ok=True)
             raise
         for record in records:
-            self._submit(self._ingest, record.id)
+            self._queue_ingest(record.id)
         return records
 
     def delete_document(self, doc_id: str) -> None:
-        """Forget the document now; its chunks leave the index on the worker, behind any running ingest."""
-        record = self.registry.remove(doc_id)
-        if record is None:
-            raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
+        """Forget the document now, without waiting for the worker: a queued one is never ingested, an
+        ingesting one is cancelled (nothing of it is written), a ready one's chunks leave the index on the
+        worker (waited for up to DROP_WAIT_S)."""
+        with self._lock:
+            record = self.registry.remove(doc_id)
+            if record is None:
+                raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
+            queued = doc_id in self._queue
+            if queued:
+                self._queue.remove(doc_id)  # its job finds no record and does nothing
+            running = self._running == doc_id
+            if running:
+                self._cancel.set()  # the ingest stops at its next page or batch and drops what it wrote
         (self.uploads / record.filename).unlink(missing_ok=True)
-        self._submit(self._drop_chunks, doc_id).result()
+        if queued or running:
+            return
+        try:
+            self._submit(self._drop_chunks, doc_id).result(timeout=DROP_WAIT_S)
+        except FutureTimeout:
+            pass  # behind a running job: the chunks go when it ends; search hides them until then
 
-    def close(self) -> None:
-        """Stop taking jobs, drop the queued ones (they stay "queued" in the registry and resume on the
-        next start) and wait for the running one."""
+    def close(self, wait: bool = True) -> None:
+        """Stop taking jobs and cancel the running ingest. The queued and cancelled documents stay
+        "queued" in the registry and resume on the next start (unless the collection is being deleted).
+        `wait` waits for the worker to stop, which takes at most one page or embedded slice."""
         with self._lock:
             self._closed = True
-        self._worker.shutdown(wait=True, cancel_futures=True)
+            self._queue.clear()
+            self._cancel.set()
+        self._worker.shutdown(wait=wait, cancel_futures=True)
+
+    def _queue_ingest(self, doc_id: str) -> None:
+        with self._lock:
+            self._queue.append(doc_id)
+        try:
+            self._submit(self._ingest, doc_id)
+        except BaseException:
+            with self._lock:
+                if doc_id in self._queue:
+                    self._queue.remove(doc_id)
+            raise
 
     def _submit(self, job, doc_id: str) -> Future:
         with self._lock:
@@ -284,32 +358,66 @@ class Collection:
         return calibration_summary(self.store, self._services.reranker)
 
     def _ingest(self, doc_id: str) -> None:
+        # Running and cancellable before its record says "ingesting": a delete from here on cancels it.
+        with self._lock:
+            if doc_id not in self._queue or self._closed:
+                return  # deleted before its turn, or the server is stopping (it stays queued)
+            self._queue.remove(doc_id)
+            self._running = doc_id
+            self._cancel = cancel = threading.Event()
+        try:
+            self._ingest_running(doc_id, cancel)
+        finally:
+            # A delete that saw this document running left its chunks to this job: it may have finished
+            # writing before it noticed. A delete from here on sees it ready and drops them itself.
+            with self._lock:
+                self._running = None
+                deleted = cancel.is_set() and self.registry.get(doc_id) is None
+            if deleted:
+                self._drop_chunks(doc_id)
+
+    def _ingest_running(self, doc_id: str, cancel: threading.Event) -> None:
         record = self.registry.update(doc_id, status=DocumentStatus.INGESTING, error=None)
         if record is None:
-            return  # deleted before its turn
+            return  # deleted just now
+
         def pages(_: str, read: int, total: int) -> None:  # a long PDF's status says how far it is
+            if cancel.is_set():
+                raise Cancelled(doc_id)
             if read % PROGRESS_EVERY_PAGES == 0 and read < total:
-                self.registry.update(doc_id, progress=f"page {read} of {total}")
+                self.registry.update(doc_id, progress=f"page {read} of {total}", progress_done=read,
+                                     progress_total=total)
+
+        def embedded(done: int, total: int) -> None:  # told around each embedded slice of chunks
+            if cancel.is_set():
+                raise Cancelled(doc_id)
+            self.registry.update(doc_id, progress=f"chunks {done} of {total}", progress_done=done,
+                                 progress_total=total)
 
         try:
             path = self.uploads / record.filename
             loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename, pages)
-            report = self.pipeline.indexer.ingest_documents([loaded])
+            report = self.pipeline.indexer.ingest_documents([loaded], chunks=embedded)
             if report.problems:
                 raise report.problems[0]
             chunks = len(self.store.get_chunks(doc_id))
+        except Cancelled:
+            # Nothing was written (the transaction rolled back). Deleted: its record and file are gone
+            # already. The server stopping: it is queued again for the next start.
+            self.registry.update(doc_id, status=DocumentStatus.QUEUED, **NO_PROGRESS)
+            return
         except IngestError as e:
             self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(e.reason), chunks=0,
-                                 progress=None)
+                                 **NO_PROGRESS)
         except FunnelError as e:
             self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(str(e)), chunks=0,
-                                 progress=None)
+                                 **NO_PROGRESS)
         except Exception as e:  # a loader bug on one odd file fails that document, not the worker
             log.warning("ingesting %s into %s failed", record.filename, self.name, exc_info=True)
             error = one_line(f"could not be ingested ({type(e).__name__}: {e})")
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0, progress=None)
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0, **NO_PROGRESS)
         else:
-            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, progress=None)
+            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, **NO_PROGRESS)
             self._changed = True
 
     def _drop_chunks(self, doc_id: str) -> None:
@@ -329,6 +437,7 @@ class Library:
         self.root = Path(data_dir) / "collections"
         self.services = services
         self._open: dict[str, Collection] = {}
+        self._deleting: dict[str, threading.Thread] = {}  # collections whose folder is being removed
         self._lock = threading.Lock()
 
     def names(self) -> list[str]:
@@ -341,6 +450,8 @@ class Library:
     def get(self, name: str) -> Collection:
         """The named collection; `default` is created on first use, any other must exist."""
         check_name(name)
+        if name == DEFAULT_COLLECTION:
+            self._settled(name)  # it is created again: not in the folder being removed (others 404 meanwhile)
         with self._lock:
             if name in self._open:
                 return self._open[name]
@@ -362,6 +473,7 @@ class Library:
 
     def create(self, name: str) -> Collection:
         check_name(name)
+        self._settled(name)
         with self._lock:
             root = self.root / name
             if name in self._open or (root / MARKER).is_file():
@@ -371,11 +483,38 @@ class Library:
             return collection
 
     def delete(self, name: str) -> None:
+        """Gone at once for every request; its running ingest is cancelled and its folder removed in the
+        background once the worker has stopped (within a page or an embedded slice)."""
         collection = self.get(name)  # NotFound for an unknown one
         with self._lock:
-            self._open.pop(name, None)
-        collection.close()
-        shutil.rmtree(collection.root, ignore_errors=True)
+            if self._open.get(name) is not collection:
+                raise NotFound(f"no collection {name!r}")  # deleted by a request racing this one
+            del self._open[name]
+            (collection.root / MARKER).unlink(missing_ok=True)
+            collection.close(wait=False)
+            remover = threading.Thread(
+                target=self._remove, args=(name, collection), name=f"funnel-delete-{name}"
+            )
+            self._deleting[name] = remover
+            remover.start()
+        remover.join(DROP_WAIT_S)  # an idle worker stops at once: then the folder is gone when this returns
+
+    def _remove(self, name: str, collection: Collection) -> None:
+        try:
+            collection.close()  # waits for the cancelled job to roll back
+            shutil.rmtree(collection.root, ignore_errors=True)
+        finally:
+            with self._lock:
+                self._deleting.pop(name, None)
+
+    def _settled(self, name: str) -> None:
+        """Wait for a deletion of `name` still removing its folder, so a new one never shares it."""
+        while True:
+            with self._lock:
+                remover = self._deleting.get(name)
+            if remover is None:
+                return
+            remover.join()
 
     def pending(self) -> int:
         with self._lock:
@@ -385,8 +524,11 @@ class Library:
     def close(self) -> None:
         with self._lock:
             collections, self._open = list(self._open.values()), {}
+            removers = list(self._deleting.values())
         for collection in collections:
             collection.close()
+        for remover in removers:
+            remover.join()
 
     @staticmethod
     def _write_marker(root: Path, name: str) -> None:

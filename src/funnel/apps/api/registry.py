@@ -39,7 +39,9 @@ class DocumentRecord:
     status: DocumentStatus = DocumentStatus.QUEUED
     error: str | None = None
     chunks: int = 0
-    progress: str | None = None  # while a PDF is read: "page 120 of 2415"
+    progress: str | None = None  # while ingesting: "page 120 of 2415" (a PDF read), "chunks 512 of 2048"
+    progress_done: int | None = None  # the numbers in `progress`: pages read or chunks embedded,
+    progress_total: int | None = None  # of this many
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "status": self.status.value}

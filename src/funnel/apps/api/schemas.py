@@ -46,14 +46,20 @@ class DocumentOut(BaseModel):
     chunks: int
     bytes: int
     uploaded_at: str
-    progress: str | None = Field(None, description="while a PDF is being read: 'page 120 of 2415'")
+    progress: str | None = Field(
+        None, description="where it stands: 'position 3 of 12 in the queue'; while ingesting, "
+        "'page 120 of 2415' (a PDF being read), then 'chunks 512 of 2048' (embedded)",
+    )
+    progress_done: int | None = Field(None, description="the numbers in `progress`: place, pages or chunks")
+    progress_total: int | None = Field(None, description="of this many")
 
     @classmethod
     def of(cls, record: DocumentRecord) -> DocumentOut:
         return cls(
             id=record.id, filename=record.filename, kind=record.kind, status=record.status.value,
             error=record.error, chunks=record.chunks, bytes=record.bytes, uploaded_at=record.uploaded_at,
-            progress=record.progress,
+            progress=record.progress, progress_done=record.progress_done,
+            progress_total=record.progress_total,
         )
 
 

@@ -257,6 +257,7 @@ async function loadCollections() {
 function statusCell(doc) {
   const status = doc.status || "unknown";
   const cell = h("td", {}, h("span", { class: `status status-${status}` }, status));
+  if (doc.progress) cell.append(h("span", { class: "muted small doc-progress" }, ` ${doc.progress}`));
   if (doc.error) cell.append(h("span", { class: "error small doc-error" }, ` ${describeDetail(doc.error)}`));
   return cell;
 }
