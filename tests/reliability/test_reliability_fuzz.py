@@ -598,6 +598,10 @@ def test_api_request_bodies(tally, api):
 
     fuzz(tally, "API request bodies (every JSON route)", strategy, check, short=300, soak=5000, examples=[
         ("POST /v1/collections/{name}/search", deep(10_000), "fz", False),
+        # a document with a lone surrogate, echoed back, was a 500 (PydanticSerializationError) before the fix
+        ("POST /v1/rerank", '{"query": "a", "documents": ["\\ud800"], "return_documents": true}', "fz", False),
+        ("POST /v1/rerank", '{"query": "a", "documents": [{"text": "\\udfff"}], "return_documents": true}', "fz",
+         False),
         ("POST /v1/errors", json.dumps({"stack_trace": "Traceback (most recent call last):\n" * 2000}),
          "fz", False),
     ])

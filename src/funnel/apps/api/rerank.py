@@ -44,6 +44,10 @@ def _documents(values: list[str | TextDocument]) -> list[str | TextDocument]:
         text = value if isinstance(value, str) else value.text
         if len(text) > MAX_DOCUMENT_CHARS:
             raise ValueError(f"documents[{i}] has {len(text)} characters; the limit is {MAX_DOCUMENT_CHARS}")
+        try:  # a str in a union lets a lone surrogate ("\ud800") through; echoed back, it cannot be encoded
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"documents[{i}] is not valid Unicode text (a lone surrogate)") from None
     return values
 
 
