@@ -247,10 +247,36 @@ def test_a_cancel_from_chunk_progress_rolls_the_ingest_back(tmp_path):
 
     with pytest.raises(Cancelled):
         indexer.ingest_documents([load(SourceFile(big, "text"), "big", "big.txt")], chunks=stop_after_two_slices)
-    total = heard[0][1]
+    while_chunking = [h for h in heard if h[1] == 0]  # heard while the document is cut into chunks
+    embedding = heard[len(while_chunking):]
+    assert while_chunking and set(while_chunking) == {(0, 0)}
+    total = embedding[0][1]
     assert total > 4 * EMBED_SLICE
-    assert heard == [(0, total), (EMBED_SLICE, total), (EMBED_SLICE, total), (2 * EMBED_SLICE, total)]
+    assert embedding == [(0, total), (EMBED_SLICE, total), (EMBED_SLICE, total), (2 * EMBED_SLICE, total)]
     assert store.info() == before and store.get_chunks("big") == []
+
+
+def test_a_cancel_is_heard_while_a_big_document_is_chunked(tmp_path):
+    # Chunking 10 MB with the real tokenizer takes about a minute; a delete must not wait for it to end.
+    from funnel.errors import Cancelled
+    from funnel.index.lance import LanceStore
+    from funnel.indexer import Indexer
+    from funnel.ingest import SourceFile, load
+
+    store = LanceStore(tmp_path / "index")
+    indexer = Indexer(store, HashingEmbedder())
+    big = tmp_path / "big.txt"
+    big.write_bytes(big_text(0.5))
+    heard = []
+
+    def stop_at_once(done: int, total: int) -> None:
+        heard.append((done, total))
+        raise Cancelled("big")
+
+    with pytest.raises(Cancelled):
+        indexer.ingest_documents([load(SourceFile(big, "text"), "big", "big.txt")], chunks=stop_at_once)
+    assert heard == [(0, 0)]  # before a single chunk was found: in the middle of the chunker
+    assert store.info() is None
 
 
 def test_a_cancel_between_pdf_pages_is_not_taken_for_a_broken_pdf(tmp_path):

@@ -199,7 +199,11 @@ class Indexer:
                         report.chunks += writing.result()
                     writing = writer.submit(self._write, tx, batch, replaced, tell)
 
-                for done, (item, chunks, drop_old) in enumerate(self._chunked(pending, report), start=1):
+                def heard() -> None:  # while a document is chunked: a cancel need not wait for the end
+                    chunk_progress(embedded, found)
+
+                chunked = self._chunked(pending, report, heard if chunk_progress else None)
+                for done, (item, chunks, drop_old) in enumerate(chunked, start=1):
                     batch.extend(chunks)
                     found += len(chunks)
                     if drop_old and not item.is_new:
@@ -213,7 +217,7 @@ class Indexer:
                 report.chunks += writing.result()
 
     def _chunked(
-        self, pending: list[_Pending], report: IngestReport
+        self, pending: list[_Pending], report: IngestReport, heard: Callable[[], None] | None = None
     ) -> Iterator[tuple[_Pending, list[Chunk], bool]]:
         """Each pending document's new chunks, and whether its old chunks go. A document that fails to
         load keeps its old chunks (a corrupt save loses nothing); one that became empty loses them
@@ -221,7 +225,8 @@ class Indexer:
         for item in pending:
             try:
                 loaded = item.load()
-                chunks = chunk_document(loaded, self.embedder, self.max_tokens)
+                tokenizer = _Heard(self.embedder, heard) if heard else self.embedder
+                chunks = chunk_document(loaded, tokenizer, self.max_tokens)
             except IngestError as e:
                 report.problems.append(e)
                 emptied = e.reason == "empty file" and not item.is_new
@@ -261,3 +266,30 @@ class Indexer:
             tell(len(part))
         tx.add(chunks, np.concatenate(vectors))
         return len(chunks)
+
+
+class _Heard:
+    """The embedder as the chunker's tokenizer, calling `heard` every HEARD_EVERY token counts: chunking a
+    10 MB file takes a minute with the real tokenizer, and a cancel (raised from `heard`) must not wait."""
+
+    HEARD_EVERY = 200
+
+    def __init__(self, embedder: Embedder, heard: Callable[[], None]):
+        self._embedder = embedder
+        self._heard = heard
+        self._counted = 0
+        self.max_tokens = embedder.max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        self._tick()
+        return self._embedder.count_tokens(text)
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        self._tick()
+        return self._embedder.token_offsets(text)
+
+    def _tick(self) -> None:
+        self._counted += 1
+        if self._counted % self.HEARD_EVERY == 0:
+            self._heard()
+
