@@ -64,6 +64,11 @@ class ForkedCli:
         self._count += 1
         out, err = self.workdir / f"cli-{self._count}.out", self.workdir / f"cli-{self._count}.err"
         reply = self._ask({"argv": ["funnel", *args], "cwd": str(self.workdir), "out": str(out), "err": str(err)})
+        # The child is "started" once its output goes to its files (the moment right before `run()`): a
+        # signal before that would hit the fork server's code, not the CLI.
+        deadline = time.monotonic() + 30
+        while not err.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
         return Child(reply["pid"], out, err, time.monotonic())
 
     def wait(self, child: Child, timeout: float = 120) -> Ended:
@@ -134,7 +139,7 @@ def _become_the_cli(request: dict) -> None:
     os.chdir(request["cwd"])
     stdin = os.open(os.devnull, os.O_RDONLY)
     out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    err = os.open(request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    err = os.open(request["err"] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     for fd, target in ((stdin, 0), (out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -145,6 +150,7 @@ def _become_the_cli(request: dict) -> None:
         funnel.indexer.BATCH = int(os.environ["FORKED_CLI_BATCH"])
     from funnel.apps.cli import run
 
+    os.rename(request["err"] + ".tmp", request["err"])  # tells the client the CLI starts now
     run()
 
 

@@ -153,6 +153,7 @@ class Rounds:
     corpus: Corpus
     rng: random.Random
     failures: list[str] = field(default_factory=list)
+    finished_first: int = 0  # rounds whose ingest ended before the stop came
 
     def ingest(self, timeout: float = 120) -> Ended:
         return self.cli.run("ingest", str(self.corpus.root), "--index", self.location, "--no-calibrate",
@@ -173,6 +174,7 @@ class Rounds:
             # by SIGINT (the shell's 130), after the ingest finished and printed its report.
             if ended.code == -signal.SIGINT and " added, " in ended.stdout:
                 ended = replace(ended, code=0)
+            self.finished_first += ended.code == 0
             if ended.code not in allowed_codes:
                 wrong.append(f"exit {ended.code}: {ended.stderr[-300:]!r}")
             if (said := _said_one_line(ended)) is not None:
@@ -225,7 +227,9 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _report(tally, target: str, rounds: Rounds, n: int, started: float) -> None:
-    tally.add("crash", target, tried=n, failed=len(rounds.failures), seconds=round(time.monotonic() - started, 1))
+    tally.add("crash", target, tried=n, failed=len(rounds.failures), seconds=round(time.monotonic() - started, 1),
+              finished_first=rounds.finished_first)
+    print(f"{target}: {n} rounds, {rounds.finished_first} ended before the stop came")
     assert not rounds.failures, f"{len(rounds.failures)} of {n} rounds broke a promise:\n" + "\n".join(rounds.failures)
 
 
@@ -355,12 +359,27 @@ def test_read_only_index_is_one_line_and_loses_nothing(cli, location, rng, tmp_p
     assert cli.run("ingest", str(corpus.root), "--index", location, "--no-calibrate").code == 0
 
 
+def _fill(disk: Path, leave: int) -> Path:
+    """A file that takes all of `disk` but about `leave` bytes."""
+    ballast = disk / "ballast"
+    with open(ballast, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    size = ballast.stat().st_size
+    os.truncate(ballast, max(0, size - leave))
+    return ballast
+
+
 def test_full_disk_is_one_line_and_loses_nothing(cli, location, rng, tmp_path, tally):
     if _store_name(location) == "postgres":
         pytest.skip("PostgreSQL's disk is the server's: filling it would stop the server every test shares")
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
     try:
@@ -368,19 +387,18 @@ def test_full_disk_is_one_line_and_loses_nothing(cli, location, rng, tmp_path, t
         corpus = Corpus(tmp_path / "docs", rng, files=10)
         assert cli.run("ingest", str(corpus.root), "--index", index, "--no-calibrate").code == 0
         committed = snapshot(index)
-        extra = [corpus._new_name() for _ in range(300)]  # far more text than the disk holds
-        for path in extra:
-            corpus._write(path)
+        ballast = _fill(disk, leave=128 * 1024)
+        for _ in range(150):  # far more than the room left
+            corpus._write(corpus._new_name())
         ended = cli.run("ingest", str(corpus.root), "--index", index, "--no-calibrate")
         wrong = _one_line_error(ended)
         tally.add("crash", "full disk during ingest (lancedb)", tried=1, failed=int(wrong is not None))
         assert wrong is None, wrong
         assert "No space left" in ended.stderr
         assert snapshot(index) == committed
-        for path in extra:
-            path.unlink()
-        corpus.change()  # the disk has room again: the next ingest completes
+        ballast.unlink()  # room again: the next ingest completes
         done = cli.run("ingest", str(corpus.root), "--index", index, "--no-calibrate")
         assert done.code == 0, done.stderr
+        assert snapshot(index)[1] == len(list(corpus.root.iterdir()))
     finally:
         subprocess.run(["umount", str(disk)], check=True)

@@ -12,8 +12,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
@@ -64,29 +63,59 @@ def _fail(e: FunnelError) -> None:
     raise typer.Exit(e.exit_code)
 
 
-@contextmanager
-def _stopping_once(message: str) -> Iterator[None]:
-    """The first Ctrl-C prints `message` and stops the command (KeyboardInterrupt, so transactions roll
-    back); later ones are ignored until the process ends. A second KeyboardInterrupt would cut the
-    rollback short, and leave onnxruntime's or Lance's native threads running into interpreter shutdown:
-    a C++ abort ("terminate called without an active exception")."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
-        signal.SIG_IGN, None
-    ):  # signals can only be set in the main thread; an ignored SIGINT (a background job) stays ignored
-        yield
-        return
+class _StopOnce:
+    """A context in which the first Ctrl-C says `message` and stops the command (KeyboardInterrupt, so
+    transactions roll back), and later ones are ignored until the process ends. A second
+    KeyboardInterrupt would cut the rollback short, and leave onnxruntime's or Lance's native threads
+    running into interpreter shutdown: a C++ abort ("terminate called without an active exception")."""
 
-    def first(signum, frame) -> None:
+    said_any = False  # by any instance: run() says "interrupted" when typer turned a Ctrl-C into exit 130
+
+    def __init__(self, message: str):
+        self.message = message
+        self.said = False
+        self._previous = self._previous_hook = None
+
+    def say(self) -> None:
+        """The message, once (a Ctrl-C just before the handler was set is said by the caller)."""
+        if not self.said:
+            self.said = _StopOnce.said_any = True
+            err.print(self.message)
+
+    def _first(self, signum, frame) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        err.print(message)
+        self.say()
+        # A LanceDB call cut short leaves its coroutine unawaited; Python would warn at exit.
+        warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        if signal.getsignal(signal.SIGINT) is first:  # not interrupted: back to normal
-            signal.signal(signal.SIGINT, previous)
+    def _dropped(self, unraisable) -> None:
+        # Python prints and drops a KeyboardInterrupt raised while a finalizer (a weakref callback, a
+        # __del__) runs: deliver it again, or that Ctrl-C would stop nothing and ignore the next ones.
+        # From another thread, a moment later: raised now, it would land in this hook and be dropped too.
+        if unraisable.exc_type is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._first)
+            again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+            again.daemon = True
+            again.start()
+        else:
+            self._previous_hook(unraisable)
+
+    def __enter__(self) -> _StopOnce:
+        # Signals can only be set in the main thread; an ignored SIGINT (a background job) stays ignored.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) not in (
+            signal.SIG_IGN, None
+        ):
+            self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._dropped
+            self._previous = signal.signal(signal.SIGINT, self._first)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is None:
+            return
+        sys.unraisablehook = self._previous_hook
+        if signal.getsignal(signal.SIGINT) == self._first:  # not interrupted: back to normal
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _settings(**flags):
@@ -98,7 +127,11 @@ def _settings(**flags):
 
 @app.callback()
 def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details")] = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.INFO if verbose else logging.ERROR
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # psycopg gives its logger a level of its own (WARNING) unless one is set: say only errors here too
+    # (a Ctrl-C mid-query otherwise adds "error ignored in rollback" lines).
+    logging.getLogger("psycopg").setLevel(level)
 
 
 @app.command()
@@ -116,8 +149,9 @@ def ingest(
     if any(not p.strip() for p in paths):
         _fail(ConfigError("an empty path was given; name files or folders to ingest"))
     settings = _settings(index=index, embedder=embedder, reranker=reranker)
+    stop = _StopOnce("interrupted: stopping; the index keeps the last ingest that completed")
     try:
-        with _stopping_once("interrupted: stopping; the index keeps the last ingest that completed"):
+        with stop:
             pipeline = build_pipeline(settings)
             with Progress(
                 TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -132,7 +166,8 @@ def ingest(
                     [Path(p) for p in paths],
                     progress=lambda done, total: bar.update(task, completed=done, total=total), pages=pages,
                 )
-    except KeyboardInterrupt:  # _stopping_once said so
+    except KeyboardInterrupt:
+        stop.say()
         raise typer.Exit(130) from None
     except FunnelError as e:
         _fail(e)
@@ -156,8 +191,9 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
     the ingest itself succeeded and `auto` keeps the previous choice or the first stage."""
     from funnel.calibrate import DEFAULT_QUERIES
 
+    stop = _StopOnce("interrupted: stopping; the previous calibration is kept")
     try:
-        with _stopping_once("interrupted: stopping; the previous calibration is kept"), Progress(
+        with stop, Progress(
             TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
             console=err, transient=True, disable=not err.is_terminal,
         ) as bar:
@@ -165,7 +201,8 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
             result = pipeline.calibrate(
                 n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total)
             )
-    except KeyboardInterrupt:  # _stopping_once said so
+    except KeyboardInterrupt:
+        stop.say()
         raise typer.Exit(130) from None
     except FunnelError as e:
         if not after_ingest:
@@ -302,7 +339,7 @@ def eval_(
             console=out_console(), err_console=err, strict=strict,
         )
     except KeyboardInterrupt:
-        err.print("interrupted")
+        _StopOnce("interrupted").say()
         raise typer.Exit(130) from None
     except FunnelError as e:
         _fail(e)
@@ -395,7 +432,7 @@ def triage(
             ingest_repo(settings, err)
         outcome = run_triage(settings, text, message, service, slack)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        _StopOnce("interrupted").say()
         raise typer.Exit(130) from None
     except FunnelError as e:
         _fail(e)
@@ -522,6 +559,8 @@ def run() -> None:
     """Console entry point: a user mistake never ends in a traceback; neither does a bug (-v shows it)."""
     try:
         code = app(standalone_mode=False)  # returns typer.Exit's code instead of raising it
+        if code == 130 and not _StopOnce.said_any:  # typer's own answer to a Ctrl-C before a command ran
+            err.print("interrupted")
         if isinstance(code, int) and code:
             sys.exit(code)
     except typer.Abort:
