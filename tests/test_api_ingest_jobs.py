@@ -300,3 +300,39 @@ def test_a_cancel_between_pdf_pages_is_not_taken_for_a_broken_pdf(tmp_path):
     with pytest.raises(Cancelled):  # not an IngestError: the document is not failed, it is stopped
         load_pdf(path, "d", "long.pdf", pages)
     assert read == [1, 2, 3]
+
+
+def test_a_ctrl_c_stops_the_writer_after_its_slice_not_its_batch(tmp_path):
+    # The first Ctrl-C waited for the writer thread to embed its whole batch (15-20 s with the real model
+    # under load) only to roll it back.
+    from funnel.index.lance import LanceStore
+    from funnel.indexer import EMBED_SLICE, Indexer
+    from funnel.ingest import SourceFile, load
+
+    class Counting(SlowHashingEmbedder):
+        embedded = 0
+
+        def embed(self, texts):
+            vectors = super().embed(texts)
+            Counting.embedded += len(texts)
+            return vectors
+
+    store = LanceStore(tmp_path / "index")
+    indexer = Indexer(store, Counting(0.004))
+    docs = []
+    for i in range(BATCH + 40):
+        path = tmp_path / f"d{i}.txt"
+        path.write_text(f"Document {i} is about the ferry number {i}.")
+        docs.append(load(SourceFile(path, "text"), f"d{i}", path.name))
+    at_interrupt = []
+
+    def interrupt(done: int, total: int) -> None:
+        if done == BATCH + 20:  # the first batch is with the writer
+            at_interrupt.append(Counting.embedded)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        indexer.ingest_documents(docs, progress=interrupt)
+    assert at_interrupt[0] < BATCH  # it was still embedding the batch ...
+    assert Counting.embedded - at_interrupt[0] <= EMBED_SLICE  # ... and finished one slice at most
+    assert store.info() is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError, IngestError
+from funnel.errors import Cancelled, ConfigError, IngestError
 from funnel.index.base import Store
 from funnel.ingest import chunk_document, discover, load
 from funnel.ingest.walk import FileLimits
@@ -185,9 +186,12 @@ class Indexer:
             replaced: set[str] = set()
             writing: Future[int] | None = None
             found = embedded = 0
+            stopping = threading.Event()  # set when this thread fails (a Ctrl-C): the writer stops too
 
             def tell(n: int) -> None:  # in the writer thread
                 nonlocal embedded
+                if stopping.is_set():  # rather than embed the rest of its batch for a rollback
+                    raise Cancelled("the ingest is stopping")
                 embedded += n
                 if chunk_progress:
                     chunk_progress(embedded, found)
@@ -202,19 +206,23 @@ class Indexer:
                 def heard() -> None:  # while a document is chunked: a cancel need not wait for the end
                     chunk_progress(embedded, found)
 
-                chunked = self._chunked(pending, report, heard if chunk_progress else None)
-                for done, (item, chunks, drop_old) in enumerate(chunked, start=1):
-                    batch.extend(chunks)
-                    found += len(chunks)
-                    if drop_old and not item.is_new:
-                        replaced.add(item.doc_id)
-                    if len(batch) >= BATCH:
-                        flush()
-                        batch, replaced = [], set()
-                    if progress:
-                        progress(done, len(pending))
-                flush()
-                report.chunks += writing.result()
+                try:
+                    chunked = self._chunked(pending, report, heard if chunk_progress else None)
+                    for done, (item, chunks, drop_old) in enumerate(chunked, start=1):
+                        batch.extend(chunks)
+                        found += len(chunks)
+                        if drop_old and not item.is_new:
+                            replaced.add(item.doc_id)
+                        if len(batch) >= BATCH:
+                            flush()
+                            batch, replaced = [], set()
+                        if progress:
+                            progress(done, len(pending))
+                    flush()
+                    report.chunks += writing.result()
+                except BaseException:
+                    stopping.set()  # leaving the executor waits for the writer: for one slice, not a batch
+                    raise
 
     def _chunked(
         self, pending: list[_Pending], report: IngestReport, heard: Callable[[], None] | None = None
