@@ -218,3 +218,16 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line(tmp_path, delay):
     out, err = process.communicate(timeout=120)
     assert "Traceback" not in out + err
     assert process.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted"), err
+
+
+def test_a_ctrl_c_while_the_process_shuts_down_is_not_a_traceback(tmp_path, docs):
+    # The ingest was done and committed; a Ctrl-C in the interpreter's shutdown (joining threads, atexit)
+    # printed "Exception ignored ... KeyboardInterrupt" with a traceback (found by the crash suite).
+    code = ("import atexit, os, signal, time\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))\n"
+            "from funnel.apps.cli import run\nrun()\n")
+    result = subprocess.run([sys.executable, "-c", code, "ingest", str(docs / "acme.txt"), "--no-calibrate"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
+    no_traceback(result)
+    assert "1 added" in result.stdout and result.returncode == 130, result.stderr

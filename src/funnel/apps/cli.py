@@ -558,6 +558,28 @@ def _answer_json(answer: Answer) -> dict:
 def run() -> None:
     """Console entry point: a user mistake never ends in a traceback; neither does a bug (-v shows it)."""
     try:
+        _run()
+    finally:
+        _quiet_exit()
+
+
+def _quiet_exit() -> None:
+    """From here the command's work is done (committed or rolled back): a Ctrl-C while the interpreter shuts
+    down (joining threads, atexit) would print 'Exception ignored ... KeyboardInterrupt' with a traceback;
+    it ends the process at once instead, with the usual 130."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say anyway
+            pass
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
+
+def _run() -> None:
+    try:
         code = app(standalone_mode=False)  # returns typer.Exit's code instead of raising it
         if code == 130 and not _StopOnce.said_any:  # typer's own answer to a Ctrl-C before a command ran
             err.print("interrupted")
