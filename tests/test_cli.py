@@ -231,3 +231,4 @@ def test_a_ctrl_c_while_the_process_shuts_down_is_not_a_traceback(tmp_path, docs
                             env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
     no_traceback(result)
     assert "1 added" in result.stdout and result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "interrupted while exiting; the command had finished"

@@ -566,7 +566,7 @@ def run() -> None:
 def _quiet_exit() -> None:
     """From here the command's work is done (committed or rolled back): a Ctrl-C while the interpreter shuts
     down (joining threads, atexit) would print 'Exception ignored ... KeyboardInterrupt' with a traceback;
-    it ends the process at once instead, with the usual 130."""
+    it ends the process at once instead, with one line and the usual 130."""
     if threading.current_thread() is not threading.main_thread():
         return
     for stream in (sys.stdout, sys.stderr):
@@ -575,7 +575,12 @@ def _quiet_exit() -> None:
         except (OSError, ValueError):  # a closed pipe: nothing more to say anyway
             pass
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+        signal.signal(signal.SIGINT, _exit_now)
+
+
+def _exit_now(signum, frame) -> None:
+    os.write(2, b"interrupted while exiting; the command had finished\n")
+    os._exit(130)
 
 
 def _run() -> None:
