@@ -362,11 +362,10 @@ def test_read_only_index_is_one_line_and_loses_nothing(cli, location, rng, tmp_p
 def _fill(disk: Path, leave: int) -> Path:
     """A file that takes all of `disk` but about `leave` bytes."""
     ballast = disk / "ballast"
-    with open(ballast, "wb") as fh:
+    with open(ballast, "wb", buffering=0) as fh:  # unbuffered: nothing left to flush (and fail) at close
         try:
             while True:
                 fh.write(b"\0" * 65536)
-                fh.flush()
         except OSError:
             pass
     size = ballast.stat().st_size
