@@ -388,9 +388,14 @@ class Collection:
                 self.registry.update(doc_id, progress=f"page {read} of {total}", progress_done=read,
                                      progress_total=total)
 
-        def embedded(done: int, total: int) -> None:  # told around each embedded slice of chunks
+        said: list[tuple[int, int]] = []
+
+        def embedded(done: int, total: int) -> None:  # told around each embedded slice, and while chunking
             if cancel.is_set():
                 raise Cancelled(doc_id)
+            if total == 0 or said[-1:] == [(done, total)]:  # still being chunked, or nothing new to say
+                return
+            said.append((done, total))
             self.registry.update(doc_id, progress=f"chunks {done} of {total}", progress_done=done,
                                  progress_total=total)
 
