@@ -21,8 +21,8 @@ class DeadlineExceeded(Exception):
     """The call did not finish in time; the caller turns it into its own `UpstreamTimeout`."""
 
 
-def call_within(seconds: float, fn: Callable[[], T]) -> T:
-    """fn(), or DeadlineExceeded once `seconds` have passed without it returning."""
+def call_within(seconds: float | None, fn: Callable[[], T]) -> T:
+    """fn(), or DeadlineExceeded once `seconds` have passed without it returning (None: no deadline)."""
     outcome: dict = {}
 
     def run() -> None:

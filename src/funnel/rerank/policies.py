@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-import threading
 from dataclasses import dataclass
 from enum import Enum
 
 from funnel.config import parse_enum
+from funnel.deadline import DeadlineExceeded, call_within
 from funnel.rerank.base import Reranker
 from funnel.retrieve.fusion import rrf
 from funnel.types import Candidate, Hit, RerankResult, RerankStatus
@@ -53,31 +53,6 @@ class SecondStageResult:
     truncated: tuple[int, ...] = ()
 
 
-def _call_with_timeout(fn, args: tuple, timeout_s: float | None):
-    """fn(*args) on a daemon thread: a hung backend is abandoned after the timeout and can never keep
-    the process from exiting (a pool's worker threads would be joined at exit)."""
-    outcome: dict = {}
-
-    def target():
-        try:
-            outcome["value"] = fn(*args)
-        except BaseException as e:  # handed to the caller's thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=target, name="funnel-rerank", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise _Timeout
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-class _Timeout(Exception):
-    pass
-
-
 def second_stage(
     query: str,
     candidates: list[Candidate],
@@ -93,9 +68,10 @@ def second_stage(
         return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
     started = time.perf_counter()
     try:
-        result = _call_with_timeout(reranker.rerank, (query, candidates), timeout_s)
+        # On a daemon thread: a hung backend is abandoned after the timeout and never holds the exit.
+        result = call_within(timeout_s, lambda: reranker.rerank(query, candidates))
         scores = _validated(result, len(candidates))
-    except _Timeout:
+    except DeadlineExceeded:
         return _fallback(candidates, f"{reranker.name} timed out after {timeout_s:g}s")
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
