@@ -132,3 +132,37 @@ class FakeOpenAI:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) -> tuple[list, object]:
+    """Upload `path` to a fresh in-process collection (hashing embedder), wait until it is ready, and return
+    every `progress` a client polling its status would have seen, in order, with its final record."""
+    from funnel.apps.api.library import Collection, Services
+    from funnel.apps.api.registry import DocumentStatus
+    from funnel.apps.api.uploads import Upload
+    from funnel.embed import HashingEmbedder
+    from funnel.generate.extractive import ExtractiveGenerator
+    from funnel.pipeline import SearchConfig
+
+    embedder = HashingEmbedder()
+    services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
+    collection = Collection("c", tmp_path / "c", services)
+    seen = []
+    update = collection.registry.update
+
+    def recording(doc_id, **changes):
+        if "progress" in changes:
+            seen.append(changes["progress"])
+        return update(doc_id, **changes)
+
+    collection.registry.update = recording
+    try:
+        with open(path, "rb") as fh:
+            [record] = collection.add([Upload(path.name, fh, path.stat().st_size)])
+        deadline = time.monotonic() + seconds
+        while collection.registry.get(record.id).status is not DocumentStatus.READY:
+            assert time.monotonic() < deadline, collection.registry.get(record.id)
+            time.sleep(0.05)
+    finally:
+        collection.close()
+    return seen, collection.registry.get(record.id)

@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from api_support import upload, wait_done
+from api_support import ingest_recording_progress, upload, wait_done
 from helpers import serving
 
 import funnel.apps.api as api_module
@@ -341,36 +341,11 @@ def test_a_ctrl_c_stops_the_writer_after_its_slice_not_its_batch(tmp_path):
 def test_chunking_a_big_upload_says_nothing_new_and_rewrites_no_registry(tmp_path):
     # While a document is chunked the ingest asks "cancelled?" every 200 token counts; the status must not
     # read "chunks 0 of 0" then, nor the registry be rewritten each time (once per new figure only).
-    from funnel.apps.api.library import Collection, Services
-    from funnel.apps.api.registry import DocumentStatus
-    from funnel.apps.api.uploads import Upload
-    from funnel.generate.extractive import ExtractiveGenerator
     from funnel.indexer import EMBED_SLICE
-    from funnel.pipeline import SearchConfig
 
     path = tmp_path / "big.txt"
     path.write_bytes(big_text(0.3))
-    embedder = HashingEmbedder()
-    services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
-    collection = Collection("c", tmp_path / "c", services)
-    seen = []
-    update = collection.registry.update
-
-    def recording(doc_id, **changes):
-        if "progress" in changes:
-            seen.append(changes["progress"])
-        return update(doc_id, **changes)
-
-    collection.registry.update = recording
-    try:
-        with open(path, "rb") as fh:
-            [record] = collection.add([Upload("big.txt", fh, path.stat().st_size)])
-        deadline = time.monotonic() + 120
-        while collection.registry.get(record.id).status is not DocumentStatus.READY:
-            assert time.monotonic() < deadline, collection.registry.get(record.id)
-            time.sleep(0.05)
-    finally:
-        collection.close()
-    chunks = collection.registry.get(record.id).chunks
+    seen, record = ingest_recording_progress(tmp_path, path)
+    chunks = record.chunks
     assert "chunks 0 of 0" not in seen and seen[-1] is None
     assert len(seen) <= chunks // EMBED_SLICE + 3  # one per embedded slice, the first, and the end

@@ -159,36 +159,9 @@ def test_ligatures_are_expanded(tmp_path):
 
 
 def test_a_long_pdf_upload_shows_its_page_while_it_is_read(tmp_path):
-    import time
-
-    from funnel.apps.api.library import Collection, Services
-    from funnel.apps.api.registry import DocumentStatus
-    from funnel.apps.api.uploads import Upload
-    from funnel.embed import HashingEmbedder
-    from funnel.generate.extractive import ExtractiveGenerator
-    from funnel.pipeline import SearchConfig
+    from api_support import ingest_recording_progress
 
     path = _pages_pdf(tmp_path / "manual.pdf", 25)
-    embedder = HashingEmbedder()
-    services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
-    collection = Collection("c", tmp_path / "c", services)
-    seen = []
-    update = collection.registry.update
-
-    def recording(doc_id, **changes):  # the status a client polling GET /documents/{id} would see
-        if "progress" in changes:
-            seen.append(changes["progress"])
-        return update(doc_id, **changes)
-
-    collection.registry.update = recording
-    try:
-        with open(path, "rb") as fh:
-            [record] = collection.add([Upload("manual.pdf", fh, path.stat().st_size)])
-        deadline = time.monotonic() + 60
-        while collection.registry.get(record.id).status is not DocumentStatus.READY:
-            assert time.monotonic() < deadline, collection.registry.get(record.id)
-            time.sleep(0.05)
-    finally:
-        collection.close()
+    seen, record = ingest_recording_progress(tmp_path, path, seconds=60)
     assert seen == ["page 10 of 25", "page 20 of 25", "chunks 0 of 25", "chunks 25 of 25", None]  # then embedded
-    assert collection.registry.get(record.id).progress is None
+    assert record.progress is None
