@@ -26,6 +26,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from api_support import wait_done
 from tally import SOAK, scale
 
 from funnel.apps.settings import Settings, load_settings
@@ -469,18 +470,8 @@ def api(tmp_path_factory):
         note = b"# Zentara\n\nIris Kallas is the CEO of Zentara.\n"
         response = client.post("/v1/collections/fz/documents", files=[("file", ("notes.md", note))])
         assert response.status_code == 202, response.text
-        wait_done(client, "fz")
+        wait_done(client, "fz", timeout=120)
         yield client, app
-
-
-def wait_done(client, collection: str, timeout: float = 120) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        docs = client.get(f"/v1/collections/{collection}/documents").json()
-        if all(d["status"] in ("ready", "failed") for d in docs):
-            return docs
-        assert time.monotonic() < deadline, f"still ingesting: {docs}"
-        time.sleep(0.02)
 
 
 def assert_error_body(response: httpx.Response) -> None:
@@ -659,7 +650,7 @@ def test_uploads_through_the_api(tally, api):
             assert_error_body(response)
             return response.status_code
         (record,) = response.json()
-        docs = {d["id"]: d for d in wait_done(client, "fz")}
+        docs = {d["id"]: d for d in wait_done(client, "fz", timeout=120)}
         doc = docs[record["id"]]
         if doc["status"] == "failed":
             one_line(doc["error"])
