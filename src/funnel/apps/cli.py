@@ -125,8 +125,21 @@ def _settings(**flags):
         _fail(e)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import funnel
+
+        out.print(f"funnel {funnel.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details")] = False) -> None:
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log details")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
     level = logging.INFO if verbose else logging.ERROR
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # psycopg gives its logger a level of its own (WARNING) unless one is set: say only errors here too
