@@ -526,6 +526,11 @@ NEAR_VALID = {
     "message": st.one_of(st.just("checkout failed"), st.text(max_size=300), NASTY),
     "stack_trace": st.one_of(TRACES, st.just("Traceback (most recent call last):\n" * 3000)),
     "context": st.dictionaries(st.text(max_size=10), st.text(max_size=30), max_size=3),
+    "input": st.one_of(SHORT_TEXT, st.lists(SHORT_TEXT, max_size=5), st.lists(st.integers(), max_size=3),
+                       st.just([""])),
+    "encoding_format": st.sampled_from(["float", "base64", "int8", ""]),
+    "dimensions": st.one_of(st.none(), st.just(64), st.integers(-3, 2000)),
+    "user": st.one_of(st.none(), SHORT_TEXT),
 }
 
 
@@ -558,7 +563,7 @@ def test_api_request_bodies(tally, api):
     client, app = api
     routes = json_routes(app)
     assert set(routes) == {
-        "POST /v1/rerank", "POST /api/rerank", "POST /v1/collections",
+        "POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings", "POST /v1/collections",
         "POST /v1/collections/{name}/documents",
         "POST /v1/collections/{name}/search", "POST /v1/collections/{name}/ask", "POST /v1/errors",
     }, "a new route with a body: add it to the fuzzing"

@@ -1,6 +1,7 @@
 """funnel's HTTP API (`funnel serve`): a FastAPI app built by `create_app(settings)` from routers.
 
 - `rerank`: `POST /v1/rerank` (Cohere/Jina shape) and `POST /api/rerank` (seed 000's Ollama shape).
+- `embeddings`: `POST /v1/embeddings` (OpenAI's shape), so other tools can share funnel's embedder.
 - `collections`: collections, document upload (background ingest), documents, chunks, search.
 - `ask`: answers with citations, JSON or server-sent events, with conversation memory.
 - `metrics`: `GET /health`, `GET /metrics`.
@@ -25,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
 import funnel
-from funnel.apps.api import ask, collections, metrics, rerank
+from funnel.apps.api import ask, collections, embeddings, metrics, rerank
 from funnel.apps.api.conversations import Conversations, QueryRewriter
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.library import LazyEmbedder, Library, Services
@@ -104,6 +105,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.generator = generator
     state.generator_name = generator.name
     state.embedder_spec = embedder_spec
+    state.embedder = embedder
     state.library = library
     state.metrics = Metrics()
     state.conversations = Conversations()
@@ -112,6 +114,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     install_error_handlers(app)
     app.include_router(metrics.router)
     app.include_router(rerank.router)
+    app.include_router(embeddings.router)
     app.include_router(collections.router)
     app.include_router(ask.router)
     from funnel.apps.triage.routes import router as triage_router
