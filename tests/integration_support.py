@@ -3,9 +3,12 @@ it, a reranker that outlives its timeout, and a guard that fails a test reaching
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from pathlib import Path
+
+import pytest
 
 import funnel
 from funnel.types import RerankResult
@@ -22,6 +25,24 @@ def build_sample_index(path: Path) -> Path:
     report = funnel.open(path).ingest([SAMPLES])
     assert report.added == len(list(SAMPLES.iterdir())) and not report.problems
     return path
+
+
+def check_bad_input(open_retriever, retrieve, index: str, missing: Path) -> None:
+    """A retriever over no index, with the wrong embedder, or asked nothing: ValueError, funnel's message."""
+    where = re.escape(str(missing))
+    message = rf"^no index at {where}: run `funnel ingest PATH --index {where}` first$"
+    with pytest.raises(ValueError, match=message):
+        open_retriever(index=str(missing))
+    with pytest.raises(ValueError, match=r"^the index was built with embedder all-MiniLM-L6-v2-int8"):
+        retrieve(open_retriever(index=index, embedder="hashing"), CEO)
+    with pytest.raises(ValueError, match=r"^the query is empty$"):
+        retrieve(open_retriever(index=index), "  \n ")
+    with pytest.raises(ValueError, match=r"^unknown reranker 'cohere'; valid: none, builtin"):
+        open_retriever(index=index, reranker="cohere")
+    with pytest.raises(ValueError, match=r"^invalid setting policy: Input should be 'none', 'replace'"):
+        open_retriever(index=index, policy="best")
+    with pytest.raises(ValueError, match=r"^invalid setting k: "):
+        open_retriever(index=index, k=0)
 
 
 class SlowReranker:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import FailingReranker
-from integration_support import CEO, COMMITTEE, MEETING, NoNetwork, SlowReranker, build_sample_index
+from integration_support import (
+    CEO, COMMITTEE, MEETING, NoNetwork, SlowReranker, build_sample_index, check_bad_input,
+)
 
 pytest.importorskip("langchain_core")
 from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever  # noqa: E402
@@ -99,16 +101,7 @@ def test_a_failing_reranker_returns_the_first_stage_order(index):
 
 
 def test_retriever_bad_input_is_a_value_error_with_funnels_message(index, tmp_path):
-    with pytest.raises(ValueError, match=r"^no index at .*missing: run `funnel ingest PATH"):
-        FunnelRetriever(index=str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match=r"^the index was built with embedder all-MiniLM-L6-v2-int8"):
-        FunnelRetriever(index=index, embedder="hashing").invoke(CEO)
-    with pytest.raises(ValueError, match=r"^the query is empty$"):
-        FunnelRetriever(index=index).invoke("  \n ")
-    with pytest.raises(ValueError, match=r"^unknown reranker 'cohere'; valid: none, builtin"):
-        FunnelRetriever(index=index, reranker="cohere")
-    with pytest.raises(ValueError, match=r"^invalid setting k: "):
-        FunnelRetriever(index=index, k=0)
+    check_bad_input(FunnelRetriever, lambda retriever, query: retriever.invoke(query), index, tmp_path / "no")
 
 
 # ---- FunnelReranker -----------------------------------------------------------------------------------

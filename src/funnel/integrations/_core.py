@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, PrivateAttr
+
 from funnel.apps.factory import build_pipeline, reranker_from_settings
 from funnel.apps.settings import Settings, load_settings
 from funnel.errors import ConfigError, FunnelError, StoreError
@@ -32,12 +34,13 @@ DEFAULT_RERANK_POLICY = RerankPolicy.GUARANTEED_SLOTS
 
 
 @contextmanager
-def framework_errors() -> Iterator[None]:
-    """A FunnelError raised inside becomes the ValueError that LangChain and LlamaIndex users expect."""
+def framework_errors(error_type: type[Exception] = ValueError) -> Iterator[None]:
+    """A FunnelError raised inside becomes `error_type` with its one-line message (ValueError is what
+    LangChain and LlamaIndex users catch); the FunnelError is its cause."""
     try:
         yield
     except FunnelError as e:
-        raise ValueError(str(e)) from e
+        raise error_type(str(e)) from e
 
 
 def _settings(reranker: str | Reranker | None, names: dict[str, Any]) -> tuple[Settings, Reranker | None]:
@@ -46,18 +49,19 @@ def _settings(reranker: str | Reranker | None, names: dict[str, Any]) -> tuple[S
     given = reranker if reranker is not None and not isinstance(reranker, str) else None
     if given is not None:
         if not isinstance(given, Reranker):
-            raise ConfigError(f"reranker must be a spec such as 'builtin' or a funnel Reranker, not {given!r}")
+            raise ConfigError(f"reranker must be a spec like 'builtin' or a funnel Reranker, not {given!r}")
         names = {**names, "reranker": "none"}
     elif reranker is not None:
         names = {**names, "reranker": reranker}
     return load_settings(**names), given
 
 
+@framework_errors()
 def open_pipeline(
     pipeline: Pipeline | None = None, reranker: str | Reranker | None = None, **names: Any
 ) -> Pipeline:
     """The pipeline an adapter searches: `pipeline` as it is, else one built from settings names over an
-    index that must exist. Raises FunnelError."""
+    index that must exist. Raises ValueError."""
     if pipeline is not None:
         if names or reranker is not None:
             raise ConfigError("give either a pipeline or settings names, not both")
@@ -118,6 +122,52 @@ class SecondStage:
         status = {"rerank_status": result.status.value, "rerank_reason": result.reason,
                   "policy": self.policy.value}
         return [Reranked(h.candidate.fused_rank - 1, {**rerank_metadata(h), **status}) for h in result.hits]
+
+
+@framework_errors()
+def second_stage_from_names(
+    reranker: str | Reranker, policy: str | None, top_n: int | None, **names: Any
+) -> SecondStage:
+    """A reranker adapter's second stage, checking its `top_n` too. Raises ValueError."""
+    if top_n is not None and top_n < 1:
+        raise ValueError(f"top_n must be at least 1 (or None for all), got {top_n}")
+    return SecondStage.from_names(reranker, policy, **names)
+
+
+def rerank_items(
+    stage: SecondStage, query: str, texts: Sequence[str], metadatas: Sequence[dict[str, Any]],
+    document_key: str | None, top_n: int | None,
+) -> list[Reranked]:
+    """The first `top_n` of a framework's items (text + metadata) after the second stage; items whose
+    `document_key` metadata is equal are one document. Raises ValueError for bad input."""
+    if not texts:
+        return []
+    keys = [str(m.get(document_key, f"#{i}")) for i, m in enumerate(metadatas)] if document_key else None
+    with framework_errors():
+        return stage.rerank(query, texts, keys)[:top_n]
+
+
+class RerankerAdapter(BaseModel):
+    """What both reranker adapters are besides their framework's base (each framework's is a pydantic model):
+    `top_n`, `document_key`, the constructor taking settings names, and the second stage run over items."""
+
+    top_n: int | None = 3
+    document_key: str | None = None
+    _stage: SecondStage = PrivateAttr()
+
+    def __init__(self, *, reranker: str | Reranker = "builtin", policy: str | None = None,
+                 top_n: int | None = 3, document_key: str | None = None, **names: Any):
+        super().__init__(top_n=top_n, document_key=document_key)
+        self._stage = second_stage_from_names(reranker, policy, top_n, **names)
+
+    @property
+    def second_stage(self) -> SecondStage:
+        return self._stage
+
+    def rerank_items(
+        self, query: str, texts: Sequence[str], metadatas: Sequence[dict[str, Any]]
+    ) -> list[Reranked]:
+        return rerank_items(self._stage, query, texts, metadatas, self.document_key, self.top_n)
 
 
 def _candidate(position: int, text: str, key: str | None) -> Candidate:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from funnel.errors import missing_dependency
-from funnel.integrations._core import SecondStage, framework_errors, open_pipeline, search
+from funnel.integrations._core import RerankerAdapter, open_pipeline, search
 from funnel.pipeline import Pipeline
 from funnel.rerank.base import Reranker
 
@@ -29,7 +29,7 @@ try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun, Callbacks
     from langchain_core.documents import BaseDocumentCompressor, Document
     from langchain_core.retrievers import BaseRetriever
-    from pydantic import ConfigDict, PrivateAttr
+    from pydantic import ConfigDict, PrivateAttr  # langchain-core's models are pydantic 2 models
 except ImportError as e:  # pragma: no cover - the extra is installed wherever this is tested
     raise missing_dependency("the LangChain integration", "langchain-core", "langchain") from e
 
@@ -56,8 +56,7 @@ class FunnelRetriever(BaseRetriever):
     ):
         own = {name: names.pop(name) for name in list(names) if name in BaseRetriever.model_fields}
         super().__init__(**own)
-        with framework_errors():
-            self._pipeline = open_pipeline(pipeline, reranker, **names)
+        self._pipeline = open_pipeline(pipeline, reranker, **names)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -69,7 +68,7 @@ class FunnelRetriever(BaseRetriever):
         return [Document(page_content=text, metadata=meta) for text, meta in search(self._pipeline, query)]
 
 
-class FunnelReranker(BaseDocumentCompressor):
+class FunnelReranker(RerankerAdapter, BaseDocumentCompressor):
     """funnel's second stage over any retriever's documents: a drop-in for `CrossEncoderReranker` inside a
     `ContextualCompressionRetriever`.
 
@@ -83,32 +82,12 @@ class FunnelReranker(BaseDocumentCompressor):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-    top_n: int | None = 3
-    document_key: str | None = None
-    _stage: SecondStage = PrivateAttr()
-
-    def __init__(self, *, reranker: str | Reranker = "builtin", policy: str | None = None,
-                 top_n: int | None = 3, document_key: str | None = None, **names: Any):
-        if top_n is not None and top_n < 1:
-            raise ValueError(f"top_n must be at least 1 (or None for all), got {top_n}")
-        super().__init__(top_n=top_n, document_key=document_key)
-        with framework_errors():
-            self._stage = SecondStage.from_names(reranker, policy, **names)
-
-    @property
-    def second_stage(self) -> SecondStage:
-        return self._stage
 
     def compress_documents(self, documents: Sequence[Document], query: str,
                            callbacks: Callbacks | None = None) -> Sequence[Document]:
-        if not documents:
-            return []
-        key = self.document_key
-        keys = [str(d.metadata.get(key, f"#{i}")) for i, d in enumerate(documents)] if key else None
-        with framework_errors():
-            reranked = self._stage.rerank(query, [d.page_content for d in documents], keys)
+        texts, metadatas = [d.page_content for d in documents], [d.metadata for d in documents]
         return [
-            Document(page_content=documents[r.position].page_content, id=documents[r.position].id,
-                     metadata={**documents[r.position].metadata, **r.metadata})
-            for r in reranked[: self.top_n]
+            Document(page_content=texts[r.position], id=documents[r.position].id,
+                     metadata={**metadatas[r.position], **r.metadata})
+            for r in self.rerank_items(query, texts, metadatas)
         ]
