@@ -415,6 +415,39 @@ def exposure_warning(host: str, has_api_key: bool) -> str | None:
     )
 
 
+@app.command(name="mcp")
+def mcp_(
+    http: Annotated[bool, typer.Option("--http", help="serve streamable HTTP at http://HOST:PORT/mcp, not stdio")] = False,
+    host: Annotated[str, typer.Option(help="--http: interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="--http: TCP port", min=1, max=65535)] = 8765,
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL (default: extractive)")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root [env FUNNEL_REPO]")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections [env FUNNEL_DATA_DIR]")] = None,
+) -> None:
+    """Serve search, ask, get_document, list_collections and triage to MCP clients (desktop agents), over
+    stdio, or streamable HTTP with --http. Models load on the first tool call."""
+    from funnel.errors import missing_dependency
+
+    settings = _settings(index=index, embedder=embedder, reranker=reranker, llm=llm, repo=repo, data_dir=data_dir)
+    try:
+        from funnel.integrations.mcp import run as run_mcp
+    except ImportError as e:
+        if not (e.name or "").startswith("mcp"):  # the SDK (mcp, mcp_types) is missing, not a part of funnel
+            raise
+        _fail(missing_dependency("funnel mcp", "mcp", "mcp"))
+    if settings.repo is not None and not settings.repo.is_dir():
+        _fail(ConfigError(f"the repository {settings.repo} is not a directory"))
+    if http and exposure_warning(host, has_api_key=False):
+        err.print(styled("warning:", "yellow", f"listening on {host}: the MCP endpoint has no authentication; "
+                                               "anyone who can reach this port can search these documents"))
+    where = f"http://{host}:{port}/mcp" if http else "stdio"
+    err.print(f"funnel mcp on {where} (index: {location_label(settings.index)})")  # stderr: stdout is the protocol's
+    run_mcp(settings, http=http, host=host, port=port)
+
+
 @app.command()
 def triage(
     trace: Annotated[Optional[str], typer.Argument(help="file with the stack trace; - or nothing reads stdin")] = None,
