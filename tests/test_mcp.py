@@ -172,7 +172,9 @@ def test_streamable_http(workspace):
             time.sleep(0.2)
 
         async def session():
-            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120) as c:
+            # The initialize handshake, as desktop agents connect (the stdio tests use the SDK's discovery).
+            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120, mode="legacy") as c:
+                assert c.protocol_version == "2025-11-25"
                 assert {t.name for t in (await c.list_tools()).tools} == TOOLS
                 assert "no collection" in error(await c.call_tool("search", {"query": "x", "collection": "x"}))
                 query = {"query": "glossary of terms", "collection": "serve/notes"}
