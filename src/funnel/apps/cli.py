@@ -156,9 +156,13 @@ def ingest(
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="measure the reranker on the new index afterwards")
     ] = True,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="then keep the index in sync with the paths until Ctrl-C")
+    ] = False,
 ) -> None:
     """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index.
-    Then, when the index changed (or was never calibrated) and a reranker is configured, calibrate it."""
+    Then, when the index changed (or was never calibrated) and a reranker is configured, calibrate it.
+    With --watch, ingest again (incrementally) after every burst of changes."""
     if any(not p.strip() for p in paths):
         _fail(ConfigError("an empty path was given; name files or folders to ingest"))
     settings = _settings(index=index, embedder=embedder, reranker=reranker)
@@ -195,8 +199,39 @@ def ingest(
     if calibrate and pipeline.reranker is not None and (report.added or report.updated or report.removed
                                                         or pipeline.calibration_problem() is not None):
         _calibrate(pipeline, after_ingest=True)
+    if watch:
+        _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})
     if report.problems:
         raise typer.Exit(1)
+
+
+def _watch(pipeline, paths: list[str], index: str, said: set[str]) -> None:
+    """`ingest --watch`: the same incremental ingest after every burst of changes, until Ctrl-C (130).
+    A problem (an unreadable file) is said when it appears, not again at every sync."""
+    from funnel.apps.watch import FolderWatcher, describe
+
+    def sync() -> None:
+        report = pipeline.ingest([Path(p) for p in paths])
+        problems = {str(p) for p in report.problems}
+        for problem in sorted(problems - said):
+            err.print(styled("skipped", "yellow", problem))
+        said.intersection_update(problems)
+        said.update(problems)
+        if report.added or report.updated or report.removed:
+            out.print(f"synced: {describe(report)} in {report.seconds:.1f}s")
+
+    def failed(e: Exception) -> None:
+        err.print(styled("error:", "red", f"{e} (the index keeps the last sync; trying again)"))
+
+    local_index = [] if "://" in index else [Path(index)]
+    stop = _StopOnce("interrupted: stopped watching; the index keeps the last ingest that completed")
+    out.print(f"watching {', '.join(paths)} for changes (Ctrl-C stops)")
+    try:
+        with stop:
+            FolderWatcher([Path(p) for p in paths], sync, ignore=local_index, told=failed).run()
+    except KeyboardInterrupt:
+        stop.say()
+        raise typer.Exit(130) from None
 
 
 def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False):

@@ -382,3 +382,31 @@ def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], is_
         if verdict is not None:
             return verdict
     return False
+
+
+class IgnoreRules:
+    """The walk's rules asked about one path at a time (the folder watcher filters changed paths with them):
+    whether a walk of `root` leaves `path` out by its name alone, for a dependency or build folder on the way
+    or a `.gitignore` rule (those above `root` too). The `.gitignore` files read are cached: make a new
+    instance when they may have changed."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._walker = _Walker(FileLimits())
+        self._inherited = self._walker._inherited_ignores(root)
+        self._specs: dict[Path, pathspec.GitIgnoreSpec | None] = {}
+
+    def ignored(self, path: Path) -> bool:
+        parts = path.relative_to(self.root).parts
+        ignores, folder = list(self._inherited), self.root
+        for i, part in enumerate(parts):
+            if folder not in self._specs:
+                self._specs[folder] = self._walker._gitignore(folder)
+            if self._specs[folder] is not None:
+                ignores.append((folder, self._specs[folder]))
+            child = folder / part
+            is_dir = i < len(parts) - 1 or child.is_dir()
+            if (is_dir and part in SKIP_DIRS) or _ignored(child, ignores, is_dir=is_dir):
+                return True
+            folder = child
+        return False
