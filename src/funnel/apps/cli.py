@@ -405,15 +405,24 @@ def serve(
     data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads [env FUNNEL_DATA_DIR]")] = None,
     embedder: EmbedderOpt = None,
     llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL")] = None,
+    watch: Annotated[
+        Optional[list[Path]], typer.Option("--watch", help="a folder kept in sync with a collection (repeatable)")
+    ] = None,
+    watch_collection: Annotated[
+        Optional[str], typer.Option(help="the watched folder's collection [default: the folder's name]")
+    ] = None,
 ) -> None:
-    """Serve the HTTP API and web page: collections, upload, search, ask (SSE), rerank; docs at /docs."""
+    """Serve the HTTP API and web page: collections, upload, search, ask (SSE), rerank; docs at /docs.
+    With --watch DIR, a collection follows the folder: edits, renames and deletes are synced as they happen."""
     import uvicorn  # here, so the other commands do not pay for importing the web stack
 
     from funnel.apps.api import create_app
+    from funnel.apps.api.watched import watch_specs
 
     settings = _settings(reranker=reranker, data_dir=data_dir, embedder=embedder, llm=llm)
     try:
-        api = create_app(settings)
+        specs = watch_specs(watch or [], watch_collection)
+        api = create_app(settings, watch=specs)
         if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
             api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
     except FunnelError as e:
@@ -428,6 +437,8 @@ def serve(
         f"funnel serving on http://{host}:{port} (reranker: {served}, answers: {answers}, "
         f"data: {settings.data_dir}); docs at /docs"
     )
+    for spec in specs:
+        err.print(f"watching {spec.folder} as collection {spec.name!r}")
     uvicorn.run(api, host=host, port=port, log_level=log_level)
 
 

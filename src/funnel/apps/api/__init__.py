@@ -32,6 +32,7 @@ from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_
 from funnel.apps.api.library import LazyEmbedder, Library, Services
 from funnel.apps.api.metrics import Metrics
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
 from funnel.apps.settings import Settings
 from funnel.embed import DEFAULT, load_embedder
@@ -44,12 +45,13 @@ STATIC_DIR = Path(__file__).parent / "static"
 MIN_KEY_CHARS = 8
 
 
-def create_app(settings: Settings, reranker: Reranker | None = None, triage=None) -> FastAPI:
+def create_app(settings: Settings, reranker: Reranker | None = None, triage=None, watch=()) -> FastAPI:
     """The API over `settings`. `reranker` replaces the one `settings.reranker` names (tests inject one);
     a bad spec fails here, before the server starts listening. Nothing is loaded or written here: the
     embedder loads on first use, a collection's folder appears when it is first used. Triage is served when
     `triage` (a TriageService) is given or `settings.repo` names a repository; the repository is indexed
-    (incrementally) at start-up."""
+    (incrementally) at start-up. `watch` (WatchSpecs, `funnel serve --watch`) names folders kept in sync
+    with collections of their own, by watcher threads that start and stop with the app."""
     if settings.api_key is not None and len(settings.api_key.get_secret_value().strip()) < MIN_KEY_CHARS:
         raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
     reranker = reranker if reranker is not None else reranker_from_settings(settings)
@@ -68,6 +70,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
             max_upload_bytes=settings.max_upload_mb * 2**20,
         ),
     )
+    watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
     if triage is None and settings.repo is not None:
         from funnel.apps.triage.build import build_triage
 
@@ -80,9 +83,11 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
             await run_in_threadpool(warm_up)
         if triage is not None and settings.repo is not None:
             await run_in_threadpool(triage.pipeline.ingest, [settings.repo])
+        await run_in_threadpool(watched.start)
         try:
             yield
         finally:
+            await run_in_threadpool(watched.close)  # a running sync is cancelled and rolls back
             # Queued uploads stay "queued" in their registry and resume at the next start.
             await run_in_threadpool(library.close)
             owned = [reranker, chat] + ([triage.notifier, triage.chat] if triage is not None else [])
@@ -107,6 +112,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.embedder_spec = embedder_spec
     state.embedder = embedder
     state.library = library
+    state.watched = watched
     state.metrics = Metrics()
     state.conversations = Conversations()
     state.rewriter = QueryRewriter(chat)

@@ -12,6 +12,9 @@
     GET    /v1/collections/{name}/chunks/{chunk_id}    -> the passage a citation names (`#` sent as %23)
     POST   /v1/collections/{name}/search               {query, k?, policy?, explain?} -> results, explained
 
+A watched folder's documents (`funnel serve --watch`) are named by their paths: document and chunk ids may
+hold '/' (sent as %2F or as is). Such a collection refuses uploads and deletes (409).
+
 Routes are plain `def`: FastAPI runs them in its threadpool (file I/O, the store, the embedder are sync).
 """
 
@@ -47,12 +50,12 @@ CollectionDep = Annotated[Collection, Depends(collection)]
 router = APIRouter(prefix="/v1/collections", tags=["collections"])
 
 
-@router.post("", status_code=201, response_model=CollectionOut)
+@router.post("", status_code=201, response_model=CollectionOut, response_model_exclude_none=True)
 def create_collection(body: CollectionCreate, lib: LibraryDep) -> CollectionOut:
     return CollectionOut(**lib.create(body.name).summary())
 
 
-@router.get("", response_model=list[CollectionOut])
+@router.get("", response_model=list[CollectionOut], response_model_exclude_none=True)
 def list_collections(lib: LibraryDep) -> list[CollectionOut]:
     return [CollectionOut(**lib.get(name).summary()) for name in lib.names()]
 
@@ -78,18 +81,7 @@ def list_documents(coll: CollectionDep) -> list[DocumentOut]:
     return [DocumentOut.of(r) for r in coll.documents()]
 
 
-@router.get("/{name}/documents/{doc_id}", response_model=DocumentOut)
-def get_document(doc_id: str, coll: CollectionDep) -> DocumentOut:
-    return DocumentOut.of(coll.document(doc_id))
-
-
-@router.delete("/{name}/documents/{doc_id}", status_code=204)
-def delete_document(doc_id: str, coll: CollectionDep) -> Response:
-    coll.delete_document(doc_id)
-    return Response(status_code=204)
-
-
-@router.get("/{name}/documents/{doc_id}/file", response_class=FileResponse)
+@router.get("/{name}/documents/{doc_id:path}/file", response_class=FileResponse)
 def document_file(doc_id: str, coll: CollectionDep) -> FileResponse:
     record = coll.document(doc_id)
     return FileResponse(
@@ -98,7 +90,18 @@ def document_file(doc_id: str, coll: CollectionDep) -> FileResponse:
     )
 
 
-@router.get("/{name}/chunks/{chunk_id}", response_model=ChunkOut)
+@router.get("/{name}/documents/{doc_id:path}", response_model=DocumentOut)
+def get_document(doc_id: str, coll: CollectionDep) -> DocumentOut:
+    return DocumentOut.of(coll.document(doc_id))
+
+
+@router.delete("/{name}/documents/{doc_id:path}", status_code=204)
+def delete_document(doc_id: str, coll: CollectionDep) -> Response:
+    coll.delete_document(doc_id)
+    return Response(status_code=204)
+
+
+@router.get("/{name}/chunks/{chunk_id:path}", response_model=ChunkOut)
 def get_chunk(chunk_id: str, coll: CollectionDep) -> ChunkOut:
     return ChunkOut.of(coll.chunk(chunk_id))
 

@@ -34,7 +34,7 @@ from funnel.apps.api.errors import Conflict
 from funnel.apps.api.registry import DocumentRecord, DocumentRegistry, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload, check, save
 from funnel.embed.base import Embedder
-from funnel.errors import Cancelled, ConfigError, FunnelError, IngestError, NotFound
+from funnel.errors import Cancelled, ConfigError, FunnelError, IngestError, NotFound, StoreError
 from funnel.generate.base import Generator
 from funnel.index.lance import LanceStore
 from funnel.ingest import SourceFile, load
@@ -290,6 +290,9 @@ class Collection:
         except FutureTimeout:
             pass  # behind a running job: the chunks go when it ends; search hides them until then
 
+    def check_deletable(self) -> None:
+        """Raises Conflict when the collection may not be deleted now (a watched folder's, while watched)."""
+
     def close(self, wait: bool = True) -> None:
         """Stop taking jobs and cancel the running ingest. The queued and cancelled documents stay
         "queued" in the registry and resume on the next start (unless the collection is being deleted).
@@ -465,8 +468,49 @@ class Library:
                 if name != DEFAULT_COLLECTION:
                     raise NotFound(f"no collection {name!r}")
                 self._write_marker(root, name)
-            collection = self._open[name] = Collection(name, root, self.services)
+            collection = self._open[name] = self._opened(name, root)
             return collection
+
+    def watch(self, name: str, folder: Path) -> Collection:
+        """The collection that mirrors `folder` (`funnel serve --watch`), made on first use."""
+        self.check_watch(name, folder)
+        with self._lock:
+            root = self.root / name
+            if name in self._open:
+                return self._open[name]
+            if not (root / MARKER).is_file() or self._marker(root).get("watch") is None:
+                self._write_marker(root, name, watch=folder)  # new, or an empty collection taken over
+            collection = self._open[name] = self._opened(name, root)
+            return collection
+
+    def check_watch(self, name: str, folder: Path) -> None:
+        """ConfigError when `name` is taken by uploads or by another folder's collection: the two would mix
+        in one index. Reads only (the server checks before it starts)."""
+        root = self.root / check_name(name)
+        if not (root / MARKER).is_file():
+            return
+        watched = self._marker(root).get("watch")
+        if watched is None and DocumentRegistry(root / "documents.json").list():
+            raise ConfigError(f"collection {name!r} holds uploaded documents; watch {folder} as "
+                              "another collection (--watch-collection NAME)")
+        if watched is not None and Path(watched) != folder:
+            raise ConfigError(f"collection {name!r} mirrors {watched}; watch {folder} as another "
+                              "collection (--watch-collection NAME), or delete that one first")
+
+    def _opened(self, name: str, root: Path) -> Collection:
+        folder = self._marker(root).get("watch")
+        if folder is None:
+            return Collection(name, root, self.services)
+        from funnel.apps.api.watched import WatchedCollection  # a subclass: imported here, not in a cycle
+
+        return WatchedCollection(name, root, self.services, Path(folder))
+
+    @staticmethod
+    def _marker(root: Path) -> dict:
+        try:
+            return json.loads((root / MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise StoreError(f"{root / MARKER} is unreadable ({e})") from e
 
     def calibrations(self) -> dict[str, dict]:
         """Each existing collection's second-stage choice (`calibration_summary`). Opens nothing and
@@ -491,6 +535,7 @@ class Library:
         """Gone at once for every request; its running ingest is cancelled and its folder removed in the
         background once the worker has stopped (within a page or an embedded slice)."""
         collection = self.get(name)  # NotFound for an unknown one
+        collection.check_deletable()
         with self._lock:
             if self._open.get(name) is not collection:
                 raise NotFound(f"no collection {name!r}")  # deleted by a request racing this one
@@ -536,9 +581,9 @@ class Library:
             remover.join()
 
     @staticmethod
-    def _write_marker(root: Path, name: str) -> None:
+    def _write_marker(root: Path, name: str, watch: Path | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        marker = {"name": name, "created_at": utc_now()}
+        marker = {"name": name, "created_at": utc_now()} | ({"watch": str(watch)} if watch else {})
         tmp = root / (MARKER + ".tmp")
         tmp.write_text(json.dumps(marker), encoding="utf-8")
         tmp.replace(root / MARKER)

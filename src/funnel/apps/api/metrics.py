@@ -85,6 +85,8 @@ def health(request: Request) -> dict:
         # What the second stage does on each collection (the `auto` policy) and why.
         "calibration": state.library.calibrations(),
         "auth": state.settings.api_key is not None,
+        # Folders kept in sync (`funnel serve --watch`): when each last synced, what changed, the last error.
+        "watched": state.watched.statuses(),
     }
 
 

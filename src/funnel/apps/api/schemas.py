@@ -35,6 +35,10 @@ class CollectionOut(BaseModel):
     documents: int
     chunks: int
     pending: int = Field(description="ingest and delete jobs queued or running")
+    watch: dict | None = Field(
+        None, description="only on a watched folder's collection (`funnel serve --watch`): folder, watching, "
+        "syncs, last_sync, last_error, last_change; uploads and deletes are refused (409)",
+    )
 
 
 class DocumentOut(BaseModel):

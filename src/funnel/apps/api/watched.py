@@ -1,0 +1,196 @@
+"""Collections that mirror a folder (`funnel serve --watch DIR`).
+
+The folder's collection is named after it (or `--watch-collection NAME`), listed and searched like any
+other. Its documents are the folder's files, named by their absolute paths, and only its watcher writes
+them: each sync is the ingest `funnel ingest DIR` runs (one transaction, unchanged files skipped), run on the
+collection's own worker, so a collection still has one writer at a time. Uploads, deletes of documents and
+deleting the collection while it is watched are refused with 409: uploads and a folder never mix in one
+index. Restarted without --watch, the collection stays searchable as last synced (and may be deleted).
+
+`WatchedFolders` starts one watcher thread per folder in the app's lifespan and stops them at shutdown (a
+running sync is cancelled and rolls back). Each collection's `watch` status (in the collections list and
+/health) says when it last synced, what changed and the last error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from funnel.apps.api.errors import Conflict
+from funnel.apps.api.library import Collection, Library, Services, check_name, one_line
+from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.api.uploads import MEDIA_TYPES, Upload
+from funnel.apps.watch import FolderWatcher, WatchStatus, describe, folder_name
+from funnel.errors import Cancelled, ConfigError, NotFound
+from funnel.ingest.walk import classify
+from funnel.types import Chunk, SearchResult
+
+log = logging.getLogger("funnel.api.watch")
+
+STOP_WAIT_S = 30.0  # at shutdown, how long a cancelled sync may take to roll back
+
+
+class WatchedCollection(Collection):
+    def __init__(self, name: str, root: Path, services: Services, folder: Path):
+        super().__init__(name, root, services)
+        self.folder = folder
+        self.status = WatchStatus(str(folder))
+
+    # --- what the folder holds, from the index ------------------------------------------------------------
+
+    def _hashes(self) -> dict[str, str]:
+        return self.store.document_hashes() if self.store.info() is not None else {}
+
+    def summary(self) -> dict:
+        return {**super().summary(), "documents": len(self._hashes()), "watch": self.status.to_json()}
+
+    def documents(self) -> list[DocumentRecord]:
+        return [self._record(doc_id, fp) for doc_id, fp in sorted(self._hashes().items())]
+
+    def document(self, doc_id: str) -> DocumentRecord:
+        fingerprint = self._hashes().get(doc_id)
+        if fingerprint is None:
+            raise NotFound(f"no document {doc_id[:200]!r} in collection {self.name!r}")
+        return self._record(doc_id, fingerprint)
+
+    def _record(self, doc_id: str, fingerprint: str) -> DocumentRecord:
+        path = Path(doc_id)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        kind = (classify(path, b"") or ("text", None))[0]
+        return DocumentRecord(
+            id=doc_id, filename=path.relative_to(self.folder).as_posix() if path.is_relative_to(self.folder)
+            else path.name, kind=kind if kind in MEDIA_TYPES else "text", bytes=size,
+            sha256=fingerprint.partition(":")[0], uploaded_at=self.status.last_sync or "",
+            status=DocumentStatus.READY,
+        )
+
+    def file_path(self, record: DocumentRecord) -> Path:
+        path = Path(record.id)
+        if not path.is_file():
+            raise NotFound(f"the file {record.filename} is gone from {self.folder}")
+        return path
+
+    def chunk(self, chunk_id: str) -> Chunk:
+        doc_id, _, _ = chunk_id.rpartition("#")
+        found = next((c for c in self.store.get_chunks(doc_id) if c.chunk_id == chunk_id), None)
+        if found is None:
+            raise NotFound(f"no chunk {chunk_id[:200]!r} in collection {self.name!r}")
+        return found
+
+    def _without_deleted(self, result: SearchResult) -> SearchResult:
+        return result  # nothing waits to leave this index: a sync removes documents in its own transaction
+
+    # --- written by the watcher only ----------------------------------------------------------------------
+
+    def add(self, uploads: list[Upload]) -> list[DocumentRecord]:
+        raise Conflict(self._refusal("uploading"))
+
+    def delete_document(self, doc_id: str) -> None:
+        raise Conflict(self._refusal("deleting a document"))
+
+    def check_deletable(self) -> None:
+        if self.status.watching:
+            raise Conflict(self._refusal("deleting it") + " (restart the server without --watch first)")
+
+    def _refusal(self, what: str) -> str:
+        return (f"collection {self.name!r} mirrors the folder {self.folder}: {what} is refused; change the "
+                "files in the folder, or use another collection")
+
+    def sync(self, stop: threading.Event) -> None:
+        """One incremental ingest of the folder on the collection's worker (its one writer), waited for."""
+
+        def cancelled(*_) -> None:
+            if stop.is_set():
+                raise Cancelled(f"the sync of {self.folder}")
+
+        def job(_: str) -> None:
+            report = self.pipeline.indexer.ingest_paths([self.folder], progress=cancelled, pages=cancelled)
+            self.status.syncs += 1
+            self.status.last_sync, self.status.last_error = utc_now(), None
+            if report.added or report.updated or report.removed:
+                self.status.last_change = describe(report)
+                self._changed = True  # calibrated again once the worker is idle (cut short by the next sync)
+                log.info("collection %s synced: %s", self.name, describe(report))
+
+        self._submit(job, "").result()
+
+    def failed(self, error: Exception) -> None:
+        self.status.last_error = one_line(str(error))
+        log.warning("syncing collection %s with %s failed: %s", self.name, self.folder, error)
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    folder: Path
+    name: str
+
+
+def watch_specs(folders: list[Path], name: str | None) -> list[WatchSpec]:
+    """The folders to watch and their collections' names, checked: ConfigError before the server starts."""
+    if name is not None and len(folders) != 1:
+        raise ConfigError("--watch-collection names the collection of one --watch folder; give one folder")
+    specs = []
+    for folder in folders:
+        resolved = folder.expanduser().resolve()
+        if not resolved.is_dir():
+            raise ConfigError(f"--watch {folder}: not a folder")
+        specs.append(WatchSpec(resolved, check_name(name or folder_name(resolved))))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"two watched folders would share a collection name ({', '.join(names)}); "
+                          "watch them one server at a time with --watch-collection")
+    return specs
+
+
+class WatchedFolders:
+    """The watcher threads of `funnel serve --watch`: started by the app's lifespan, stopped at shutdown."""
+
+    def __init__(self, library: Library, specs: list[WatchSpec], ignore: list[Path]):
+        self.library = library
+        self.specs = specs
+        self.ignore = ignore  # the data directory: the collections' own writes never start a sync
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.collections: list[WatchedCollection] = []
+        for spec in specs:
+            library.check_watch(spec.name, spec.folder)
+
+    def start(self) -> None:
+        for spec in self.specs:
+            collection = self.library.watch(spec.name, spec.folder)
+            assert isinstance(collection, WatchedCollection)
+            collection.status.watching = True
+            self.collections.append(collection)
+            watcher = FolderWatcher([spec.folder], lambda c=collection: c.sync(self.stop), ignore=self.ignore,
+                                    stop=self.stop, told=collection.failed)
+            thread = threading.Thread(
+                target=self._run, args=(watcher, collection), name=f"funnel-watch-{spec.name}", daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+
+    def _run(self, watcher: FolderWatcher, collection: WatchedCollection) -> None:
+        try:
+            watcher.run()
+        except Cancelled:
+            pass  # the server is stopping; the sync rolled back
+        except Exception as e:  # the watcher itself broke: say so in the status, keep serving
+            log.warning("watching %s stopped", collection.folder, exc_info=True)
+            collection.failed(e)
+        finally:
+            collection.status.watching = False
+
+    def statuses(self) -> dict[str, dict]:
+        """Each watched collection's status, for /health."""
+        return {c.name: c.status.to_json() for c in self.collections}
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(STOP_WAIT_S)
