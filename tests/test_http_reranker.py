@@ -437,3 +437,10 @@ def test_a_plain_web_servers_error_page_is_cut_to_its_text(tmp_path):
     assert result.status is RerankStatus.FALLBACK
     assert "HTTP 501: Error response Error code: 501 Message: Unsupported method ('POST')" in result.reason
     assert "<" not in result.reason and "\n" not in result.reason and len(result.reason) < 400
+
+
+def test_the_spec_table_names_every_http_api():
+    from funnel.rerank import HTTP_APIS, RERANKER_SPECS
+
+    assert HTTP_APIS == tuple(api.value for api in RerankApi)
+    assert {f"{api.value}:URL" for api in RerankApi} <= set(RERANKER_SPECS)

@@ -315,16 +315,17 @@ def test_open_store_dispatch(tmp_path, monkeypatch):
 
 
 def test_the_app_factory_opens_a_postgres_index(pg_dsn):
-    from funnel.apps.factory import _index_embedder, build_pipeline
+    from funnel.apps.factory import build_pipeline
+    from funnel.embed import index_embedder
     from funnel.apps.settings import Settings
 
     pipeline = build_pipeline(Settings(index=Path(pg_dsn), embedder="hashing"))
     assert isinstance(pipeline.store, PgStore)
-    assert _index_embedder(pipeline.store) == "minilm"  # nothing indexed yet: the default
+    assert index_embedder(pipeline.store) == "minilm"  # nothing indexed yet: the default
     with pipeline.store.transaction("mystery-model", 8) as tx:
         tx.add(CORPUS[:1], np.ones((1, 8), dtype=np.float32))
     with pytest.raises(ConfigError, match="mystery-model") as e:
-        _index_embedder(pipeline.store)
+        index_embedder(pipeline.store)
     assert "postgresql://postgres@127.0.0.1" in str(e.value) and PASSWORD not in str(e.value)
 
 

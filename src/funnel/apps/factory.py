@@ -3,50 +3,20 @@
 from __future__ import annotations
 
 from funnel.apps.settings import Settings
-from funnel.embed import DEFAULT, load_embedder, spec_for
+from funnel.embed import index_embedder, load_embedder
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError
 from funnel.generate.base import Generator
 from funnel.index import open_store
-from funnel.index.base import Store
 from funnel.ingest.walk import FileLimits
 from funnel.pipeline import Pipeline, SearchConfig
+from funnel.rerank import RERANKER_SPECS, load_reranker  # noqa: F401  (RERANKER_SPECS: re-exported)
 from funnel.rerank.base import Reranker
 from funnel.rerank.cache import CachedReranker
-from funnel.rerank.http import HttpReranker, RerankApi
-from funnel.rerank.lexical import LexicalReranker
 from funnel.retrieve.first_stage import FirstStageConfig
 
-RERANKER_SPECS = ("none", "builtin", "onnx:DIR", "st:MODEL", "lexical", *(f"{api.value}:URL" for api in RerankApi))
-
-
-def build_reranker(
-    spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0
-) -> Reranker | None:
-    """The second-stage backend a spec names (`--reranker` / FUNNEL_RERANKER). Cheap: loads nothing."""
-    spec = spec.strip()
-    if spec in ("", "none"):
-        return None
-    if spec == "lexical":
-        return LexicalReranker()
-    if spec == "builtin":
-        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
-
-        return OnnxCrossEncoder(builtin_model_dir())
-    if spec.startswith("onnx:"):
-        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
-
-        return OnnxCrossEncoder(spec[5:])
-    if spec.startswith("st:"):
-        from funnel.rerank.cross_encoder import CrossEncoderReranker
-
-        return CrossEncoderReranker(spec[3:])
-    kind, sep, url = spec.partition(":")
-    if sep and kind in {api.value for api in RerankApi}:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"reranker {kind}:URL needs an http:// or https:// URL, got {url!r}")
-        return HttpReranker(RerankApi(kind), url, model=model, api_key=api_key, timeout_s=timeout_s)
-    raise ConfigError(f"unknown reranker {spec!r}; valid: {', '.join(RERANKER_SPECS)}")
+# The spec -> backend table lives with the rerankers; the apps call it through this name.
+build_reranker = load_reranker
 
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
@@ -81,18 +51,6 @@ def build_chat(settings: Settings):
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return OpenAIChat(url, model=settings.llm_model or "default", api_key=key, timeout=settings.llm_timeout_s,
                       completion_prompt=settings.llm_completion)
-
-
-def _index_embedder(store: Store) -> str:
-    """With no embedder asked for, use the one the index was built with (else the default)."""
-    info = store.info()
-    if info is None:
-        return DEFAULT
-    spec = spec_for(info.embedder)
-    if spec is None:
-        where = getattr(store, "path", store)  # LanceStore: its directory; PgStore: its URL without password
-        raise ConfigError(f"{where} was built with embedder {info.embedder}; name it with --embedder")
-    return spec
 
 
 def search_config(settings: Settings) -> SearchConfig:
@@ -131,7 +89,7 @@ def build_generator(chat, embedder: Embedder, context_tokens: int = 3000, answer
 def build_pipeline(settings: Settings) -> Pipeline:
     config = search_config(settings)
     store = open_store(settings.index)
-    embedder = load_embedder(settings.embedder or _index_embedder(store), settings.threads)
+    embedder = load_embedder(settings.embedder or index_embedder(store), settings.threads)
     return Pipeline(
         store=store,
         embedder=embedder,

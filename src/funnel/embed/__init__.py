@@ -7,7 +7,7 @@ from pathlib import Path
 from funnel.embed.base import Embedder
 from funnel.embed.hashing import HashingEmbedder
 
-__all__ = ["Embedder", "HashingEmbedder", "load_embedder", "spec_for"]
+__all__ = ["Embedder", "HashingEmbedder", "index_embedder", "load_embedder", "spec_for"]
 
 DEFAULT = "minilm"
 _PACKAGED = {"all-MiniLM-L6-v2-int8": "minilm", "all-MiniLM-L6-v2": "minilm-fp32"}
@@ -20,6 +20,20 @@ def spec_for(name: str) -> str | None:
     if name.startswith(("hashing-", "st:")):
         return name
     return None
+
+
+def index_embedder(store) -> str:
+    """The spec of the embedder an index (a `Store`) was built with; the default for an empty index."""
+    from funnel.errors import ConfigError
+
+    info = store.info()
+    if info is None:
+        return DEFAULT
+    spec = spec_for(info.embedder)
+    if spec is None:
+        where = getattr(store, "path", store)  # LanceStore: its directory; PgStore: its URL without password
+        raise ConfigError(f"{where} was built with embedder {info.embedder}; name it with --embedder")
+    return spec
 
 
 def load_embedder(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
