@@ -21,7 +21,8 @@ ROOT = Path(__file__).parent.parent
 
 def readme_python_block() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Python"):readme.index("## How it works")]
+    start = readme.index("### Python")
+    section = readme[start:readme.index("\n## ", start)]
     (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
     return block
 
