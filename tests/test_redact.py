@@ -207,8 +207,8 @@ def test_a_ten_megabyte_trace_in_a_few_seconds():
     out = redact(text)
     elapsed = time.perf_counter() - start
     assert AWS_KEY_ID not in out and GITHUB not in out
-    # ~1 s on an idle core; the bound leaves room for a loaded CI machine. Quadratic would take hours.
-    assert elapsed < 15, f"{elapsed:.1f}s"
+    # ~1 s on an idle core; the bound leaves room for a loaded machine. Quadratic would take hours.
+    assert elapsed < 120, f"{elapsed:.1f}s"
 
 
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
@@ -217,7 +217,8 @@ def test_inputs_built_to_backtrack_stay_linear(kind):
     start = time.perf_counter()
     redact(text)
     elapsed = time.perf_counter() - start
-    assert elapsed < 5, f"{kind}: {elapsed:.1f}s"  # quadratic in 2 MB: ~10^12 steps
+    # ~0.5 s idle; 8.9 s was seen at a load average of 15. Quadratic in 2 MB is ~10^12 steps: hours.
+    assert elapsed < 60, f"{kind}: {elapsed:.1f}s"
 
 
 def test_time_grows_linearly():
