@@ -8,7 +8,8 @@ import pytest
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter
-from funnel.index.lance import LanceStore, lexical_text
+from funnel.index.bm25_text import lexical_text
+from funnel.index.lance import LanceStore
 
 from helpers import chunk
 

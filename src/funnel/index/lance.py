@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
+from funnel.index.bm25_text import lexical_text
 from funnel.types import Chunk, SectionKind
 
 log = logging.getLogger(__name__)
@@ -66,18 +67,6 @@ _CHUNK_FIELDS = [
     ("content_hash", pa.string()),
 ]
 _READ_COLUMNS = [name for name, _ in _CHUNK_FIELDS]
-
-# camelCase / PascalCase identifiers get their parts indexed too ("UserService" -> "User Service"),
-# because the FTS tokenizer splits on punctuation (so snake_case is handled) but not on case humps.
-_CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
-_HUMP = re.compile(r"[A-Z]?[a-z0-9]+")
-
-
-def lexical_text(text: str) -> str:
-    """The text the BM25 index sees: the chunk plus the parts of its camelCase identifiers."""
-    parts = [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
-    return text if not parts else text + "\n" + " ".join(parts)
-
 
 def _schema(dim: int) -> pa.Schema:
     return pa.schema(_CHUNK_FIELDS + [("lex", pa.string()), ("vector", pa.list_(pa.float32(), dim))])

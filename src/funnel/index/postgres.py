@@ -31,8 +31,7 @@ import numpy as np
 
 from funnel.errors import ConfigError, StoreError, missing_dependency
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
-from funnel.index.bm25_text import K1, Analyzer, B, idf
-from funnel.index.lance import lexical_text
+from funnel.index.bm25_text import K1, Analyzer, B, idf, lexical_text
 from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables
 from funnel.types import Chunk, SectionKind
 

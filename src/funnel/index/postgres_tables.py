@@ -7,8 +7,7 @@ from collections import Counter
 import numpy as np
 
 from funnel.errors import StoreError
-from funnel.index.bm25_text import Analyzer
-from funnel.index.lance import lexical_text
+from funnel.index.bm25_text import Analyzer, lexical_text
 from funnel.types import Chunk
 
 FORMAT = 1
