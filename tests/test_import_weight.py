@@ -21,6 +21,9 @@ def _loaded_after(module: str, heavy: list[str]) -> list[str]:
     [
         # PgStore keeps its own BM25 statistics; it shares only the text analysis with LanceStore.
         ("funnel.index.postgres", ["lancedb", "pyarrow", "funnel.index.lance"]),
+        # Running a model needs onnxruntime and tokenizers; only building one needs the `onnx` package.
+        ("funnel.rerank.onnx_cross_encoder", ["onnx", "funnel.onnx.build"]),
+        ("funnel.embed.onnx", ["onnx", "funnel.onnx.build"]),
     ],
 )
 def test_importing_a_backend_leaves_the_others_unloaded(module, heavy):
