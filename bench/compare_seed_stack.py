@@ -661,7 +661,7 @@ def check_cross_encoder(checkpoint: Path, groups: list[dict], torch_logits: list
     import numpy as np
     from scipy.stats import kendalltau
 
-    from funnel.embed import onnx_build
+    from funnel.onnx import build as onnx_build
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
     from funnel.types import Candidate, Chunk
 

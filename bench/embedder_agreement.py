@@ -31,7 +31,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub: the weights are packaged
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from funnel.embed import onnx_build  # noqa: E402
+from funnel.onnx import build as onnx_build  # noqa: E402
 from funnel.embed.onnx import OnnxEmbedder  # noqa: E402
 
 SEED = 13

@@ -1,4 +1,4 @@
-"""A plain numpy BERT encoder: the reference the ONNX graphs built by funnel.embed.onnx_build are checked
+"""A plain numpy BERT encoder: the reference the ONNX graphs built by funnel.onnx.build are checked
 against (embedder and cross-encoder tests share it)."""
 
 from __future__ import annotations
@@ -46,3 +46,23 @@ def encode(
         hidden = 0.5 * hidden * (1 + np.vectorize(erf)(hidden / np.sqrt(2)))
         x = layer_norm(dense(w, hidden, f"{p}output.dense") + x, f"{p}output.LayerNorm")
     return x
+
+
+def random_layer_weights(rand, layers: int, hidden: int, intermediate: int) -> dict[str, np.ndarray]:
+    """The encoder layers of a random BertModel, named as its state dict names them; `rand(*shape)` draws."""
+    h, inter = hidden, intermediate
+    w: dict[str, np.ndarray] = {}
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        for name, (out_dim, in_dim) in {
+            "attention.self.query": (h, h),
+            "attention.self.key": (h, h),
+            "attention.self.value": (h, h),
+            "attention.output.dense": (h, h),
+            "intermediate.dense": (inter, h),
+            "output.dense": (h, inter),
+        }.items():
+            w[f"{p}{name}.weight"], w[f"{p}{name}.bias"] = rand(out_dim, in_dim), rand(out_dim)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            w[f"{p}{ln}.weight"], w[f"{p}{ln}.bias"] = 1 + rand(h), rand(h)
+    return w

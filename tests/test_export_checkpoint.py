@@ -1,6 +1,6 @@
 """tools/export_reranker_checkpoint.py: the shipped int8 reranker as a Hugging Face checkpoint (numpy + onnx
 only, no torch). The state dict must be exactly BertForSequenceClassification's, the config must agree with
-it, the mapping must be the inverse of funnel.embed.onnx_build's, and the weights must score like the
+it, the mapping must be the inverse of funnel.onnx.build's, and the weights must score like the
 shipped model."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from bert_reference import dense, encode
 from onnx import numpy_helper
 from tokenizers import Tokenizer
 
-from funnel.embed import onnx_build
+from funnel.onnx import build as onnx_build
 from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 from funnel.types import Candidate, Chunk
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bert_reference import encode
+from bert_reference import encode, random_layer_weights
 
 from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable
 
-onnx_build = pytest.importorskip("funnel.embed.onnx_build")
+onnx_build = pytest.importorskip("funnel.onnx.build")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
@@ -196,19 +196,7 @@ def _tiny_checkpoint(src: Path) -> dict[str, np.ndarray]:
         "embeddings.LayerNorm.weight": 1 + rand(h),
         "embeddings.LayerNorm.bias": rand(h),
     }
-    for i in range(_TINY["num_hidden_layers"]):
-        p = f"encoder.layer.{i}."
-        for name, (out_dim, in_dim) in {
-            "attention.self.query": (h, h),
-            "attention.self.key": (h, h),
-            "attention.self.value": (h, h),
-            "attention.output.dense": (h, h),
-            "intermediate.dense": (inter, h),
-            "output.dense": (h, inter),
-        }.items():
-            w[f"{p}{name}.weight"], w[f"{p}{name}.bias"] = rand(out_dim, in_dim), rand(out_dim)
-        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
-            w[f"{p}{ln}.weight"], w[f"{p}{ln}.bias"] = 1 + rand(h), rand(h)
+    w.update(random_layer_weights(rand, _TINY["num_hidden_layers"], h, inter))
 
     src.mkdir()
     save_file({f"0.auto_model.{k}": v for k, v in w.items()}, str(src / "model.safetensors"))

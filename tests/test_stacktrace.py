@@ -15,6 +15,11 @@ from funnel.apps.triage.stacktrace import (
 )
 
 
+def what(parsed: ParsedError) -> tuple:
+    """(language, exception type, message)."""
+    return parsed.language, parsed.exception_type, parsed.message
+
+
 def where(parsed: ParsedError) -> list[tuple]:
     """(file, line, function, owner, library) of each frame, innermost first."""
     return [(f.file, f.line, f.function, f.owner, f.library) for f in parsed.frames]
@@ -291,8 +296,7 @@ Caused by: java.net.SocketException: Broken pipe
 
 def test_java_frames_owners_and_library_flags():
     parsed = parse_trace(JAVA_SIMPLE)
-    assert (parsed.language, parsed.exception_type) == ("java", "java.lang.IllegalStateException")
-    assert parsed.message == "user 42 has no account"
+    assert what(parsed) == ("java", "java.lang.IllegalStateException", "user 42 has no account")
     assert where(parsed) == [
         ("UserService.java", 42, "getUser", "com.x.service.UserService", False),
         ("UserService.java", 88, "load", "com.x.service.UserService$Loader", False),
@@ -403,8 +407,7 @@ Error: failed to load user 7
 
 def test_node_frames_async_builtin_anonymous_and_library():
     parsed = parse_trace(JS_NODE)
-    assert (parsed.language, parsed.exception_type) == ("javascript", "TypeError")
-    assert parsed.message == "Cannot read properties of undefined (reading 'id')"
+    assert what(parsed) == ("javascript", "TypeError", "Cannot read properties of undefined (reading 'id')")
     assert where(parsed) == [
         ("/app/src/services/userService.js", 10, "getUser", "UserService", False),
         (None, None, "all", "Promise", True),
@@ -512,8 +515,7 @@ exit status 2
 
 def test_go_nil_pointer_panic():
     parsed = parse_trace(GO_NIL_POINTER)
-    assert (parsed.language, parsed.exception_type) == ("go", "panic")
-    assert parsed.message == "runtime error: invalid memory address or nil pointer dereference"
+    assert what(parsed) == ("go", "panic", "runtime error: invalid memory address or nil pointer dereference")
     assert where(parsed) == [
         ("/app/service/user.go", 42, "Get", "UserService", False),
         ("/app/main.go", 10, "main", None, False),
@@ -535,8 +537,7 @@ def test_go_explicit_panic_first_goroutine_only_with_runtime_stdlib_and_module_c
 
 def test_go_pkg_errors_stack():
     parsed = parse_trace(GO_PKG_ERRORS)
-    assert (parsed.language, parsed.exception_type) == ("go", None)
-    assert parsed.message == "user 42: sql: no rows in result set"
+    assert what(parsed) == ("go", None, "user 42: sql: no rows in result set")
     assert [(f.file, f.function, f.owner, f.library) for f in parsed.frames] == [
         ("/src/store/users.go", "Find", "Users", False),
         ("/src/store/generic.go", "Lookup", None, False),
@@ -599,8 +600,9 @@ fail: Microsoft.AspNetCore.Diagnostics.ExceptionHandlerMiddleware[1]
 
 def test_dotnet_frames_with_and_without_files():
     parsed = parse_trace(DOTNET_SIMPLE)
-    assert (parsed.language, parsed.exception_type) == ("dotnet", "System.NullReferenceException")
-    assert parsed.message == "Object reference not set to an instance of an object."
+    assert what(parsed) == (
+        "dotnet", "System.NullReferenceException", "Object reference not set to an instance of an object."
+    )
     assert where(parsed) == [
         ("C:\\src\\MyApp\\Services\\UserService.cs", 42, "GetUser", "MyApp.Services.UserService", False),
         (None, None, ".ctor", "MyApp.Services.UserService", False),

@@ -8,7 +8,8 @@ import pytest
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter
-from funnel.index.lance import LanceStore, lexical_text
+from funnel.index.bm25_text import lexical_text
+from funnel.index.lance import LanceStore
 
 from helpers import chunk
 
@@ -217,7 +218,7 @@ def test_a_full_disk_is_a_store_error(tmp_path, monkeypatch):
     def full(self, chunks, vectors):
         raise RuntimeError("lance error: LanceError(IO): No space left on device (os error 28), writer.rs:258:9")
 
-    monkeypatch.setattr("funnel.index.lance._LanceTransaction.add", full)
+    monkeypatch.setattr("funnel.index.lance_rows.LanceTransaction.add", full)
     with pytest.raises(StoreError, match="No space left on device; it keeps the last ingest"):
         _write(store, CORPUS[2:])
     assert store.info().chunks == 2

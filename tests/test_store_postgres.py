@@ -19,7 +19,8 @@ from funnel.index import location_label, open_store  # noqa: E402
 from funnel.index import postgres_tables  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
 from funnel.index.bm25_text import Analyzer, idf, score, term_weight  # noqa: E402
-from funnel.index.lance import LanceStore, lexical_text  # noqa: E402
+from funnel.index.bm25_text import lexical_text  # noqa: E402
+from funnel.index.lance import LanceStore  # noqa: E402
 from funnel.index.postgres import PgStore  # noqa: E402
 
 from helpers import chunk  # noqa: E402
@@ -387,7 +388,7 @@ def test_adding_and_deleting_in_one_transaction_leaves_exact_statistics(pg_dsn):
 def test_maxscore_pruning_returns_exactly_the_unpruned_top_n(pg_dsn, monkeypatch, pilot):
     """With pruning forced on every query (and pilots of one posting up to all), the top n and their scores
     are those of the plain pass, with and without a filter."""
-    from funnel.index import postgres
+    from funnel.index import postgres_bm25
 
     rng = np.random.default_rng(7)
     vocabulary = "heart attack risk cancer cell gene protein dose trial blood sugar brain mouse".split()
@@ -397,8 +398,8 @@ def test_maxscore_pruning_returns_exactly_the_unpruned_top_n(pg_dsn, monkeypatch
     _write(store, [chunk(f"d{i}", 0, t, kind="code" if i % 3 == 0 else "text") for i, t in enumerate(texts)])
     queries = ["heart attack", "mouse brain gene", "blood sugar trial dose", "heart heart cancer risk cell"]
     plain = {(q, f): store.search_lexical(q, 10, f) for q in queries for f in (None, Filter(kinds=("code",)))}
-    monkeypatch.setattr(postgres, "PRUNE_MIN_POSTINGS", 0)
-    monkeypatch.setattr(postgres, "PILOT_POSTINGS", pilot)
+    monkeypatch.setattr(postgres_bm25, "PRUNE_MIN_POSTINGS", 0)
+    monkeypatch.setattr(postgres_bm25, "PILOT_POSTINGS", pilot)
     for (q, f), want in plain.items():
         got = store.search_lexical(q, 10, f)
         assert [h.chunk.chunk_id for h in got] == [h.chunk.chunk_id for h in want], (q, f)

@@ -69,7 +69,7 @@ def print_results(results: dict) -> None:
 
 def flops_per_pair(model_dir: Path, seq: int) -> float:
     """Multiply-adds x 2 of one forward pass at `seq` tokens (dense layers, attention, head)."""
-    from funnel.embed.onnx_build import read_config
+    from funnel.onnx.build import read_config
 
     config_path = model_dir / "config.json"
     if config_path.is_file():

@@ -15,7 +15,7 @@ classifier, which the build keeps unquantised) are copied. A torch model built f
 therefore runs exactly the weights funnel runs; what still differs is only that onnxruntime quantises
 activations to 8 bits at run time (dynamic quantisation), so logits agree closely but not bit for bit.
 
-Graph -> state dict (see `funnel.embed.onnx_build`, which wrote the graph):
+Graph -> state dict (see `funnel.onnx.build`, which wrote the graph):
 
 - `word_embeddings`, `token_type_embeddings`, `position_embeddings`, `embeddings.LayerNorm.*` ->
   `bert.embeddings.*` (the cross-encoder graph feeds token types, so position embeddings are not folded)

@@ -14,7 +14,7 @@ each resumable from what the work folder already holds:
             softmax cross-entropy over 1 positive + 7 hard negatives, plus a small pointwise BCE term so
             sigmoid(logit) reads as a probability. bf16 autocast, fused AdamW, 2 threads, fixed seed;
             checkpoints every few minutes, best step chosen on the validation slice.
-3. export   funnel.embed.onnx_build.build_cross_encoder -> fp32 + int8 ONNX; torch vs ONNX and int8 vs
+3. export   funnel.onnx.build.build_cross_encoder -> fp32 + int8 ONNX; torch vs ONNX and int8 vs
             fp32 ranking agreement on the validation slice; the int8 model, tokenizer and card go to --out.
 
 The test splits are never read.
@@ -292,7 +292,7 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
     if args.val_limit:
         val = random.Random(SEED).sample(val, min(args.val_limit, len(val)))
     pool = [n for g in train_groups for n in g["negs"][:3]]
-    from funnel.embed.onnx_build import packaged_minilm_dir
+    from funnel.onnx.build import packaged_minilm_dir
 
     encoder = Encoder(packaged_minilm_dir() / "tokenizer.json", args.max_length)  # one vocabulary for all
 
@@ -442,7 +442,7 @@ def export(work: Path, out: Path, minilm_dir: Path, max_length: int, val: list[d
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from funnel.embed.onnx_build import build_cross_encoder
+    from funnel.onnx.build import build_cross_encoder
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
     from funnel.types import Candidate, Chunk
 
@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
 
     random.seed(SEED)
     np.random.seed(SEED)
-    from funnel.embed.onnx_build import packaged_minilm_dir
+    from funnel.onnx.build import packaged_minilm_dir
 
     minilm_dir = packaged_minilm_dir()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,19 @@ class SectionKind(str, Enum):
     CODE = "code"
 
 
+class Kind(str, Enum):
+    """What a document is, named after the loader that read it; stored and sent as the plain string."""
+
+    PDF = "pdf"
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    CODE = "code"
+    RECORD = "record"  # a dataset record (an eval corpus), not a file
+
+    def __str__(self) -> str:  # "pdf", as the stores and the JSON have it, not "Kind.PDF"
+        return self.value
+
+
 @dataclass(frozen=True)
 class Section:
     """A span of a source document as a loader found it, with its location."""
@@ -36,9 +49,12 @@ class Document:
     doc_id: str
     path: str
     title: str
-    kind: str  # "pdf" | "markdown" | "text" | "code" | "record"
+    kind: Kind
     content_hash: str
     language: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))  # a plain "pdf" from a caller or a store row
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ class Chunk:
     text: str
     path: str
     title: str
-    kind: str
+    kind: Kind
     n_tokens: int
     language: str | None = None
     heading: str | None = None
@@ -66,6 +82,9 @@ class Chunk:
     line_end: int | None = None
     section_kind: SectionKind = SectionKind.PROSE
     content_hash: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
 
     @property
     def context_line(self) -> str:

@@ -1,7 +1,7 @@
-"""A torch-free sentence embedder: onnxruntime + tokenizers on a graph built by `onnx_build`.
+"""A torch-free sentence embedder: onnxruntime + tokenizers on a graph built by `funnel.onnx.build`.
 
 The model directory holds model.onnx / model_int8.onnx, tokenizer.json and funnel_model.json, as
-written by `funnel.embed.onnx_build.build`. `default_model_dir()` builds one from the packaged
+written by `funnel.onnx.build.build`. `default_model_dir()` builds one from the packaged
 all-MiniLM-L6-v2 weights on first use.
 """
 
@@ -11,18 +11,18 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from funnel.embed import onnx_build
 from funnel.errors import BackendUnavailable
-from funnel.onnx_runtime import load_session, load_tokenizers, read_meta
+from funnel.onnx import layout
+from funnel.onnx.runtime import MAX_DEFAULT_THREADS, OnnxModel, default_threads
 
-MAX_DEFAULT_THREADS = 8  # beyond this a 384-wide model gains little and starves the rest of the host
+__all__ = ["MAX_DEFAULT_THREADS", "MODEL_DIR_ENV", "OnnxEmbedder", "default_model_dir"]
+
 MODEL_DIR_ENV = "FUNNEL_MODEL_DIR"
 
 
@@ -35,7 +35,7 @@ def default_model_dir() -> Path:
     target = (
         Path(env).expanduser()
         if env
-        else Path.home() / ".cache" / "funnel" / "models" / onnx_build.PACKAGED_NAME
+        else Path.home() / ".cache" / "funnel" / "models" / layout.PACKAGED_NAME
     )
     if not _is_current_build(target):
         _build_atomically(target)
@@ -44,24 +44,26 @@ def default_model_dir() -> Path:
 
 def _is_current_build(model_dir: Path) -> bool:
     try:
-        meta = json.loads((model_dir / onnx_build.META_FILE).read_text(encoding="utf-8"))
+        meta = json.loads((model_dir / layout.META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return meta.get("builder_version") == onnx_build.BUILDER_VERSION
+    return meta.get("builder_version") == layout.BUILDER_VERSION
 
 
 def _build_atomically(target: Path) -> None:
     """Build beside the target, then rename, so a crash or a concurrent reader never sees half a model."""
-    source = onnx_build.packaged_minilm_dir()  # raises BackendUnavailable with the pip command
+    source = layout.packaged_minilm_dir()  # raises BackendUnavailable with the pip command
     if target.exists() and not target.is_dir():
         raise BackendUnavailable(f"{target} is a file; point {MODEL_DIR_ENV} at a directory")
-    if target.is_dir() and any(target.iterdir()) and not (target / onnx_build.META_FILE).is_file():
+    if target.is_dir() and any(target.iterdir()) and not (target / layout.META_FILE).is_file():
         # Never delete a directory we did not write (FUNNEL_MODEL_DIR may point anywhere).
         raise BackendUnavailable(f"{target} exists and is not a funnel ONNX model directory; empty it")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
     try:
-        onnx_build.build_packaged(staging)
+        from funnel.onnx.build import build_packaged  # the `onnx` package, only when a build is due
+
+        build_packaged(staging)
         if _is_current_build(target):  # another process finished first; keep what readers may use
             return
         if target.exists():  # our own outdated build: move aside, as os.replace needs an empty target
@@ -79,13 +81,7 @@ def _build_atomically(target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _default_threads() -> int:
-    # sched_getaffinity respects container CPU pinning, which os.cpu_count() does not.
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(available, MAX_DEFAULT_THREADS))
-
-
-class OnnxEmbedder:
+class OnnxEmbedder(OnnxModel):
     """Embeds with an ONNX BERT-family sentence model; output rows are L2-normalised float32.
 
     The constructor only reads funnel_model.json; the session and tokenizer load on `warm_up()` or on
@@ -107,24 +103,21 @@ class OnnxEmbedder:
         for path in (self.model_path, self.tokenizer_path):
             if not path.is_file():
                 raise BackendUnavailable(
-                    f"ONNX model file missing: {path} (rebuild with python -m funnel.embed.onnx_build)"
+                    f"ONNX model file missing: {path} (rebuild with python -m funnel.onnx.build)"
                 )
         # int8 vectors are close to, not equal to, fp32 ones; a distinct name keeps indexes honest.
         self.name: str = meta["name"] + ("-int8" if quantized else "")
         self.dim: int = int(meta["dim"])
         self.max_seq_length: int = int(meta["max_seq_length"])
         self.max_tokens: int = self.max_seq_length - 2  # [CLS] and [SEP]
-        self.threads = threads or _default_threads()
+        self.threads = threads or default_threads()
         self.batch_size = max(1, batch_size)
         # Dynamic int8 quantises activations with one scale per tensor, so inside a batch every row
         # (padding included) moves the others' rounding: measured cosine to the same text run alone
         # fell to 0.98. int8 therefore runs texts one at a time, so a text's vector never depends on
         # its neighbours. On 2 CPU cores this measured no slower (0-10% either way): no padding to compute.
         self.rows_per_run = 1 if quantized else self.batch_size
-        self._session: Any = None
-        self._tokenizer: Any = None  # truncates to the model window, adds specials
-        self._counter: Any = None  # the same vocabulary without truncation, for counting and offsets
-        self._lock = threading.Lock()
+        self._start_loading()
 
     @classmethod
     def default(
@@ -133,28 +126,10 @@ class OnnxEmbedder:
         """The packaged all-MiniLM-L6-v2, built into the cache on first use."""
         return cls(default_model_dir(), quantized=quantized, threads=threads, batch_size=batch_size)
 
-    def _read_meta(self) -> dict[str, Any]:
-        return read_meta(self.model_dir)
+    WHAT = "the ONNX embedder"
 
-    # ---------------------------------------------------------------------------------------------
-    # Loading
-
-    def warm_up(self) -> None:
-        """Load the onnxruntime session and the tokenizer (a second call is free)."""
-        if self._session is not None:
-            return
-        with self._lock:
-            if self._session is None:
-                self._counter, self._tokenizer = self._load_tokenizers()
-                self._session = self._load_session()
-
-    def _load_session(self) -> Any:
-        return load_session(self.model_path, self.threads, "the ONNX embedder")
-
-    def _load_tokenizers(self) -> tuple[Any, Any]:
-        counter, tokenizer = load_tokenizers(self.tokenizer_path, "the ONNX embedder")
+    def _truncate(self, tokenizer: Any) -> None:
         tokenizer.enable_truncation(self.max_seq_length)  # counts specials, like sentence-transformers
-        return counter, tokenizer
 
     # ---------------------------------------------------------------------------------------------
     # The Embedder protocol

@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from funnel.errors import BackendUnavailable, missing_dependency
+from funnel.torch_runtime import SentenceTransformersModel
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(SentenceTransformersModel):
+    CLASS, WHAT, LABEL = "SentenceTransformer", "the sentence-transformers embedder", "sentence-transformers model"
+
     def __init__(self, model: str, device: str = "cpu", batch_size: int = 32):
-        self.model_name = model
-        self.name = f"st:{model}"
-        self.device = device
-        self.batch_size = batch_size
-        self._model = None
-
-    def warm_up(self) -> None:
-        if self._model is not None:
-            return
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as e:
-            raise missing_dependency("the sentence-transformers embedder", "sentence-transformers", "torch") from e
-        try:
-            self._model = SentenceTransformer(self.model_name, device=self.device)
-        except Exception as e:  # hub unreachable, bad path: one line, not a traceback
-            raise BackendUnavailable(f"cannot load sentence-transformers model {self.model_name!r}: {e}") from e
+        super().__init__(model, device, batch_size)
 
     @property
     def dim(self) -> int:

@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from funnel.errors import StoreError
-from funnel.types import Chunk
+from funnel.types import Chunk, SectionKind
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,11 @@ class IndexInfo:
     chunks: int
     documents: int
     version: int
+
+
+def chunk_from_row(fields: dict) -> Chunk:
+    """A stored row (one value per `Chunk` field, enums as their strings) back as a `Chunk`."""
+    return Chunk(**{**fields, "section_kind": SectionKind(fields["section_kind"])})
 
 
 def vectors_in_order(found: dict[str, np.ndarray], chunk_ids: list[str], where: object) -> np.ndarray:

@@ -17,18 +17,26 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 import threading
 import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
-from funnel.types import Chunk, SectionKind
+from funnel.index.bm25_text import lexical_text
+from funnel.index.lance_rows import (
+    READ_COLUMNS,
+    LanceTransaction,
+    row_to_chunk,
+    scan,
+    schema,
+    sql_str,
+    where_clause,
+)
+from funnel.types import Chunk
 
 log = logging.getLogger(__name__)
 
@@ -47,99 +55,6 @@ PRUNE_MARGIN = timedelta(seconds=30)
 _DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
 # Lance (Rust) reports them as a RuntimeError or OSError whose text ends in "(os error 28)".
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")
-
-_CHUNK_FIELDS = [
-    ("chunk_id", pa.string()),
-    ("doc_id", pa.string()),
-    ("ordinal", pa.int32()),
-    ("text", pa.string()),
-    ("path", pa.string()),
-    ("title", pa.string()),
-    ("kind", pa.string()),
-    ("n_tokens", pa.int32()),
-    ("language", pa.string()),
-    ("heading", pa.string()),
-    ("page", pa.int32()),
-    ("line_start", pa.int32()),
-    ("line_end", pa.int32()),
-    ("section_kind", pa.string()),
-    ("content_hash", pa.string()),
-]
-_READ_COLUMNS = [name for name, _ in _CHUNK_FIELDS]
-
-# camelCase / PascalCase identifiers get their parts indexed too ("UserService" -> "User Service"),
-# because the FTS tokenizer splits on punctuation (so snake_case is handled) but not on case humps.
-_CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
-_HUMP = re.compile(r"[A-Z]?[a-z0-9]+")
-
-
-def lexical_text(text: str) -> str:
-    """The text the BM25 index sees: the chunk plus the parts of its camelCase identifiers."""
-    parts = [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
-    return text if not parts else text + "\n" + " ".join(parts)
-
-
-def _schema(dim: int) -> pa.Schema:
-    return pa.schema(_CHUNK_FIELDS + [("lex", pa.string()), ("vector", pa.list_(pa.float32(), dim))])
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _where(filter: Filter | None) -> str | None:
-    if filter is None:
-        return None
-    clauses = []
-    if filter.path_prefix:
-        clauses.append(f"starts_with(path, {_sql_str(filter.path_prefix)})")
-    if filter.kinds:
-        clauses.append(f"kind IN ({', '.join(_sql_str(k) for k in filter.kinds)})")
-    if filter.doc_ids:
-        clauses.append(f"doc_id IN ({', '.join(_sql_str(d) for d in filter.doc_ids)})")
-    return " AND ".join(clauses) or None
-
-
-def _scan(table, columns: list[str], where: str | None = None) -> pa.Table:
-    """Every row (no ranking), only the named columns."""
-    query = table.search().select(columns).limit(None)
-    if where:
-        query = query.where(where)
-    return query.to_arrow()
-
-
-def _row_to_chunk(row: dict) -> Chunk:
-    return Chunk(
-        chunk_id=row["chunk_id"],
-        doc_id=row["doc_id"],
-        ordinal=row["ordinal"],
-        text=row["text"],
-        path=row["path"],
-        title=row["title"],
-        kind=row["kind"],
-        n_tokens=row["n_tokens"],
-        language=row["language"],
-        heading=row["heading"],
-        page=row["page"],
-        line_start=row["line_start"],
-        line_end=row["line_end"],
-        section_kind=SectionKind(row["section_kind"]),
-        content_hash=row["content_hash"],
-    )
-
-
-def _chunks_to_arrow(chunks: list[Chunk], vectors: np.ndarray, dim: int) -> pa.Table:
-    columns: dict[str, list] = {name: [] for name, _ in _CHUNK_FIELDS}
-    for chunk in chunks:
-        row = asdict(chunk)
-        row["section_kind"] = chunk.section_kind.value
-        for name in columns:
-            columns[name].append(row[name])
-    columns["lex"] = [lexical_text(c.text) for c in chunks]
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
-    columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
-    return pa.table(columns, schema=_schema(dim))
-
 
 class LanceStore:
     """A LanceDB-backed `Store` in one directory. Safe to read from many processes; one writer at a time."""
@@ -229,23 +144,23 @@ class LanceStore:
         table = self._reader()
         if table is None:
             return {}
-        rows = _scan(table, ["doc_id", "content_hash"]).to_pylist()
+        rows = scan(table, ["doc_id", "content_hash"]).to_pylist()
         return {r["doc_id"]: r["content_hash"] for r in rows}
 
     def get_chunks(self, doc_id: str) -> list[Chunk]:
         table = self._reader()
         if table is None:
             return []
-        rows = _scan(table, _READ_COLUMNS, f"doc_id = {_sql_str(doc_id)}").to_pylist()
-        return sorted((_row_to_chunk(r) for r in rows), key=lambda c: c.ordinal)
+        rows = scan(table, READ_COLUMNS, f"doc_id = {sql_str(doc_id)}").to_pylist()
+        return sorted((row_to_chunk(r) for r in rows), key=lambda c: c.ordinal)
 
     def vectors(self, chunk_ids: list[str]) -> np.ndarray:
         table = self._reader()
         found: dict[str, np.ndarray] = {}
         for start in range(0, len(chunk_ids) if table is not None else 0, 500):
             batch = chunk_ids[start : start + 500]
-            where = "chunk_id IN (" + ", ".join(_sql_str(c) for c in batch) + ")"
-            rows = _scan(table, ["chunk_id", "vector"], where)
+            where = "chunk_id IN (" + ", ".join(sql_str(c) for c in batch) + ")"
+            rows = scan(table, ["chunk_id", "vector"], where)
             ids = rows.column("chunk_id").to_pylist()
             flat = rows.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
             for chunk_id, vector in zip(ids, flat.reshape(len(ids), -1) if ids else []):
@@ -257,7 +172,7 @@ class LanceStore:
         if table is None:
             return []
         columns = ["chunk_id", "doc_id", "path", "kind", "heading", "line_start", "line_end"]
-        rows = _scan(table, columns + ["ordinal"], _where(filter)).to_pylist()
+        rows = scan(table, columns + ["ordinal"], where_clause(filter)).to_pylist()
         rows.sort(key=lambda r: (r["path"], r["ordinal"]))
         return [OutlineEntry(**{c: r[c] for c in columns}) for r in rows]
 
@@ -268,13 +183,13 @@ class LanceStore:
         query = (
             table.search(np.asarray(vector, dtype=np.float32), query_type="vector", vector_column_name="vector")
             .distance_type("cosine")
-            .select(_READ_COLUMNS + ["_distance"])
+            .select(READ_COLUMNS + ["_distance"])
             .limit(n)
         )
-        where = _where(filter)
+        where = where_clause(filter)
         if where:
             query = query.where(where, prefilter=True)
-        return [ScoredChunk(_row_to_chunk(r), 1.0 - float(r["_distance"])) for r in query.to_list()]
+        return [ScoredChunk(row_to_chunk(r), 1.0 - float(r["_distance"])) for r in query.to_list()]
 
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
         table = self._reader()
@@ -286,18 +201,18 @@ class LanceStore:
         # A MatchQuery treats the text as plain terms: quotes, AND/OR, colons in user input are words.
         search = (
             table.search(MatchQuery(text, "lex"), query_type="fts")
-            .select(_READ_COLUMNS + ["_score"])
+            .select(READ_COLUMNS + ["_score"])
             .limit(n)
         )
-        where = _where(filter)
+        where = where_clause(filter)
         if where:
             search = search.where(where, prefilter=True)
-        return [ScoredChunk(_row_to_chunk(r), float(r["_score"])) for r in search.to_list()]
+        return [ScoredChunk(row_to_chunk(r), float(r["_score"])) for r in search.to_list()]
 
     # ---- writing -------------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
+    def transaction(self, embedder: str, dim: int) -> Iterator[LanceTransaction]:
         try:
             with self._transaction(embedder, dim) as tx:
                 yield tx
@@ -310,7 +225,7 @@ class LanceStore:
             ) from e
 
     @contextmanager
-    def _transaction(self, embedder: str, dim: int) -> Iterator[_LanceTransaction]:
+    def _transaction(self, embedder: str, dim: int) -> Iterator[LanceTransaction]:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
@@ -325,7 +240,7 @@ class LanceStore:
                     f"not {embedder} (dim {dim}); use that embedder or ingest into a new index"
                 )
             table, state = self._open_for_write(state, dim)
-            tx = _LanceTransaction(table, dim)
+            tx = LanceTransaction(table, dim)
             try:
                 yield tx
             except BaseException:
@@ -361,7 +276,7 @@ class LanceStore:
             db.drop_table(TABLE)  # left by a first ingest that never committed
             exists = False
         if not exists:
-            return db.create_table(TABLE, schema=_schema(dim)), None
+            return db.create_table(TABLE, schema=schema(dim)), None
         table = db.open_table(TABLE)
         if table.version != state["version"]:
             log.info("discarding an interrupted ingest (table v%s -> v%s)", table.version, state["version"])
@@ -429,7 +344,7 @@ class LanceStore:
         return table.version != before
 
     def _state_for(self, table, embedder: str, dim: int) -> dict:
-        docs = _scan(table, ["doc_id"]).column("doc_id").unique()
+        docs = scan(table, ["doc_id"]).column("doc_id").unique()
         return {
             "format": FORMAT,
             "version": table.version,
@@ -461,25 +376,3 @@ def _write_json_atomically(path: Path, data: dict) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-
-
-class _LanceTransaction:
-    def __init__(self, table, dim: int):
-        self._table = table
-        self._dim = dim
-        self.changed = False
-
-    def delete_documents(self, doc_ids: set[str]) -> None:
-        ids = sorted(doc_ids)
-        for start in range(0, len(ids), 500):
-            batch = ids[start : start + 500]
-            self._table.delete(f"doc_id IN ({', '.join(_sql_str(d) for d in batch)})")
-            self.changed = True
-
-    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> None:
-        if not chunks:
-            return
-        if vectors.shape != (len(chunks), self._dim):
-            raise StoreError(f"got {vectors.shape} vectors for {len(chunks)} chunks of dim {self._dim}")
-        self._table.add(_chunks_to_arrow(chunks, vectors, self._dim))
-        self.changed = True

@@ -25,31 +25,20 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
 from funnel.errors import ConfigError, StoreError, missing_dependency
-from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
-from funnel.index.bm25_text import K1, Analyzer, B, idf
-from funnel.index.lance import lexical_text
-from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables
-from funnel.types import Chunk, SectionKind
+from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, chunk_from_row, vectors_in_order
+from funnel.index.bm25_text import Analyzer, idf, lexical_text
+from funnel.index.postgres_bm25 import QueryTerm, top_n
+from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables, where_sql
+from funnel.types import Chunk
 
 log = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
-# BM25 reads every posting of the query's terms when they hold at most this many in all; beyond, MaxScore.
-PRUNE_MIN_POSTINGS = 50_000
-# The MaxScore pilot scores the chunks of the rarest terms holding about this many postings.
-PILOT_POSTINGS = 20_000
 
-
-@dataclass(frozen=True)
-class _QueryTerm:
-    term_id: int
-    df: int
-    w: float  # qtf * idf: the most a term can add is w * (k1 + 1)
 
 
 def _psycopg():
@@ -61,24 +50,7 @@ def _psycopg():
 
 
 def _row_to_chunk(row) -> Chunk:
-    fields = dict(zip(_COLUMNS, row))
-    fields["section_kind"] = SectionKind(fields["section_kind"])
-    return Chunk(**fields)
-
-
-def _where(filter: Filter | None, alias: str = "c") -> tuple[str, list]:
-    clauses, params = [], []
-    if filter is not None:
-        if filter.path_prefix:
-            clauses.append(f"starts_with({alias}.path, %s)")
-            params.append(filter.path_prefix)
-        if filter.kinds:
-            clauses.append(f"{alias}.kind = ANY(%s)")
-            params.append(list(filter.kinds))
-        if filter.doc_ids:
-            clauses.append(f"{alias}.doc_id = ANY(%s)")
-            params.append(list(filter.doc_ids))
-    return " AND ".join(clauses) or "true", params
+    return chunk_from_row(dict(zip(_COLUMNS, row)))
 
 
 def _first_line(error: Exception, secret: str | None) -> str:
@@ -238,7 +210,7 @@ class PgStore:
         return vectors_in_order({c: np.asarray(v, dtype=np.float32) for c, v in rows}, chunk_ids, self)
 
     def outline(self, filter: Filter | None = None) -> list[OutlineEntry]:
-        where, params = _where(filter)
+        where, params = where_sql(filter)
         with self._reading() as conn:
             if conn is None:
                 return []
@@ -254,7 +226,7 @@ class PgStore:
         if n <= 0:
             return []
         literal = "[" + ",".join(f"{x:.9g}" for x in np.asarray(vector, dtype=np.float32).reshape(-1)) + "]"
-        where, params = _where(filter)
+        where, params = where_sql(filter)
         with self._reading() as conn:
             if conn is None:
                 return []
@@ -296,76 +268,9 @@ class PgStore:
                 if not stats:
                     return []
                 docs, tokens = stats[0][3], stats[0][4]
-                terms = [_QueryTerm(term_id, df, counts[term] * idf(df, docs)) for term, term_id, df, _, _ in stats]
-                rows = self._bm25(conn, terms, tokens / max(docs, 1), n, filter)
+                terms = [QueryTerm(term_id, df, counts[term] * idf(df, docs)) for term, term_id, df, _, _ in stats]
+                rows = top_n(conn, t, terms, tokens / max(docs, 1), n, filter)
         return [ScoredChunk(_row_to_chunk(r[:-1]), float(r[-1])) for r in rows]
-
-    def _bm25(self, conn, terms: list[_QueryTerm], avgdl: float, n: int, filter: Filter | None) -> list:
-        """The best n chunks by BM25, exactly, reading as few postings as it can (MaxScore).
-
-        A term's contribution is below w * (k1 + 1) whatever its tf. So once some n chunks are known to
-        score at least theta, the chunks that hold none but the most common terms, whose bounds sum below
-        theta, cannot enter the top n: their long posting lists are only probed for the candidates that
-        the other terms found. A pilot over the rarest terms gives theta; the common terms whose bounds fit
-        under it are deferred. Small queries (few postings in all) take one plain pass."""
-        if sum(q.df for q in terms) <= PRUNE_MIN_POSTINGS:
-            return self._score(conn, terms, {q.term_id for q in terms}, avgdl, n, filter)
-        common_first = sorted(terms, key=lambda q: (-q.df, q.term_id))
-        pilot, budget = set(), 0
-        for q in reversed(common_first):  # the rarest terms, up to a postings budget (at least one)
-            if pilot and budget + q.df > PILOT_POSTINGS:
-                break
-            pilot.add(q.term_id)
-            budget += q.df
-        rows = self._score(conn, terms, pilot, avgdl, n, filter)
-        theta = float(rows[-1][-1]) if len(rows) == n else 0.0
-        deferred, bound = set(), 0.0
-        for q in common_first:
-            if bound + q.w * (K1 + 1) >= theta:
-                break
-            deferred.add(q.term_id)
-            bound += q.w * (K1 + 1)
-        essential = {q.term_id for q in terms} - deferred
-        if essential <= pilot:  # the pilot's candidates already include every chunk that can make the top n
-            return rows
-        return self._score(conn, terms, essential, avgdl, n, filter)
-
-    def _score(self, conn, terms: list[_QueryTerm], essential: set[int], avgdl: float, n: int,
-               filter: Filter | None) -> list:
-        """Full BM25 scores of the chunks holding an essential term (every query term counts), best n."""
-        t = self._t
-        where, params = _where(filter, "f")
-        keep = f"JOIN {t['chunks']} f ON f.chunk_key = e.chunk_key AND {where}" if params else ""
-        sql = f"""
-            WITH q AS MATERIALIZED (
-                SELECT * FROM unnest(%s::int[], %s::float8[], %s::bool[]) AS q(term_id, w, essential)),
-            cand AS MATERIALIZED (
-                SELECT DISTINCT e.chunk_key FROM q JOIN {t['postings']} e ON e.term_id = q.term_id {keep}
-                WHERE q.essential),
-            s AS (SELECT p.chunk_key,
-                         sum(q.w * p.tf * {K1 + 1}::float8
-                             / (p.tf + {K1 * (1 - B)}::float8 + {K1 * B}::float8 * p.dl / %s::float8)) AS score
-                  FROM cand CROSS JOIN q
-                  JOIN {t['postings']} p ON p.term_id = q.term_id AND p.chunk_key = cand.chunk_key
-                  GROUP BY p.chunk_key ORDER BY score DESC, p.chunk_key LIMIT %s)
-            SELECT {_SELECT}, s.score FROM s JOIN {t['chunks']} c ON c.chunk_key = s.chunk_key
-            ORDER BY s.score DESC, s.chunk_key"""
-        if len(essential) == len(terms):  # nothing deferred: one pass over the postings, no probing
-            sql = f"""
-                WITH q AS MATERIALIZED (
-                    SELECT * FROM unnest(%s::int[], %s::float8[], %s::bool[]) AS q(term_id, w, essential)),
-                s AS (SELECT e.chunk_key,
-                             sum(q.w * e.tf * {K1 + 1}::float8
-                                 / (e.tf + {K1 * (1 - B)}::float8 + {K1 * B}::float8 * e.dl / %s::float8)) AS score
-                      FROM q JOIN {t['postings']} e ON e.term_id = q.term_id {keep}
-                      GROUP BY e.chunk_key ORDER BY score DESC, e.chunk_key LIMIT %s)
-                SELECT {_SELECT}, s.score FROM s JOIN {t['chunks']} c ON c.chunk_key = s.chunk_key
-                ORDER BY s.score DESC, s.chunk_key"""
-            args = [[q.term_id for q in terms], [q.w for q in terms], [True] * len(terms), avgdl, *params, n]
-        else:
-            args = [[q.term_id for q in terms], [q.w for q in terms], [q.term_id in essential for q in terms],
-                    *params, avgdl, n]
-        return conn.execute(sql, args).fetchall()
 
     # ---- writing -------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 
 from funnel.errors import StoreError
-from funnel.index.bm25_text import Analyzer
-from funnel.index.lance import lexical_text
+from funnel.index.base import Filter
+from funnel.index.bm25_text import Analyzer, lexical_text
 from funnel.types import Chunk
 
 FORMAT = 1
@@ -208,3 +208,19 @@ class PgTransaction:
         if d["added"] + d["deleted"] > ANALYZE_SHARE * max(total, 1) or meta is None:
             for name in ("meta", "chunks", "terms", "postings"):
                 conn.execute(f"ANALYZE {t[name]}")
+
+
+def where_sql(filter: Filter | None, alias: str = "c") -> tuple[str, list]:
+    """The SQL condition a filter puts on the chunks table aliased `alias`, and its parameters."""
+    clauses, params = [], []
+    if filter is not None:
+        if filter.path_prefix:
+            clauses.append(f"starts_with({alias}.path, %s)")
+            params.append(filter.path_prefix)
+        if filter.kinds:
+            clauses.append(f"{alias}.kind = ANY(%s)")
+            params.append(list(filter.kinds))
+        if filter.doc_ids:
+            clauses.append(f"{alias}.doc_id = ANY(%s)")
+            params.append(list(filter.doc_ids))
+    return " AND ".join(clauses) or "true", params

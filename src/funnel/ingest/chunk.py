@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from funnel.errors import ConfigError
+from funnel.ingest.split import cells, code_lines, lines, paragraphs, sentences, strip_span
 from funnel.types import Chunk, Document, LoadedDocument, Section, SectionKind
 
 
@@ -32,19 +33,6 @@ class Tokenizer(Protocol):
 
 # The context line may take at most this share of a chunk's budget; the rest is for content.
 _PREFIX_SHARE = 4
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-# A sentence ends at . ! ? (plus closing quotes/brackets) before a capital or digit; a list item starts one.
-_SENTENCE_BREAK = re.compile(
-    r"(?P<end>[.!?]+[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])"
-    r"|\n(?=[ \t]*(?:[-*+]|\d+[.)])[ \t])"
-)
-
-_ENUMERATOR = re.compile(r"^\s*(\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})\s*$")
-_ABBREVIATIONS = frozenset(
-    {"dr", "mr", "mrs", "ms", "prof", "st", "vs", "etc", "no", "fig", "e.g", "i.e", "inc", "ltd"}
-)
-
-
 @dataclass(frozen=True)
 class _Atom:
     """An unsplittable span [start, end) of a section's text."""
@@ -125,19 +113,19 @@ class _SectionChunker:
 
     def _prose_atoms(self) -> list[_Atom]:
         atoms: list[_Atom] = []
-        for group, (start, end, fenced) in enumerate(_paragraphs(self.text)):
+        for group, (start, end, fenced) in enumerate(paragraphs(self.text)):
             if fenced:  # a code block is kept whole when it fits, else cut at lines like code
-                atoms.extend(self._fit(start, end, group, sentence=False, splitters=(_code_lines,)))
+                atoms.extend(self._fit(start, end, group, sentence=False, splitters=(code_lines,)))
                 continue
-            for s_start, s_end in _sentences(self.text, start, end):
-                atoms.extend(self._fit(s_start, s_end, group, sentence=True, splitters=(_lines,)))
+            for s_start, s_end in sentences(self.text, start, end):
+                atoms.extend(self._fit(s_start, s_end, group, sentence=True, splitters=(lines,)))
         return atoms
 
     def _table_atoms(self) -> list[_Atom]:
         # A row carries its own headers, so rows are atoms; a row too long for a chunk is cut at cells.
         atoms: list[_Atom] = []
-        for group, (start, end) in enumerate(_lines(self.text, 0, len(self.text))):
-            atoms.extend(self._fit(start, end, group, sentence=False, splitters=(_cells,)))
+        for group, (start, end) in enumerate(lines(self.text, 0, len(self.text))):
+            atoms.extend(self._fit(start, end, group, sentence=False, splitters=(cells,)))
         return atoms
 
     def _code_atoms(self) -> list[_Atom]:
@@ -147,7 +135,7 @@ class _SectionChunker:
         atoms: list[_Atom] = []
         group = 0
         previous_end = 0
-        for start, end in _code_lines(self.text, 0, len(self.text)):
+        for start, end in code_lines(self.text, 0, len(self.text)):
             if self.text.count("\n", previous_end, start) > 1:
                 group += 1  # a blank line: a natural place to break a long definition
             atoms.extend(self._fit(start, end, group, sentence=False, splitters=()))
@@ -193,7 +181,7 @@ class _SectionChunker:
                     j = k
             while True:
                 piece_end = offsets[j][0] if j < len(offsets) else end
-                piece = _strip(self.text, piece_start, piece_end)
+                piece = strip_span(self.text, piece_start, piece_end)
                 if j - 1 <= i or self.tok.count_tokens(self.text[piece[0] : piece[1]]) <= budget:
                     break
                 j -= 1
@@ -341,93 +329,3 @@ class _SectionChunker:
         while cut and self.tok.count_tokens(cut) > limit:
             cut = cut[:-1]
         return cut.rstrip(" >")
-
-
-def _paragraphs(text: str) -> list[tuple[int, int, bool]]:
-    """(start, end, is_fenced) spans between blank lines; a fenced code block is one span, blanks and all."""
-    spans: list[tuple[int, int, bool]] = []
-    start: int | None = None
-    fence: str | None = None
-    pos = 0
-    for line in text.split("\n"):
-        line_end = pos + len(line)
-        opener = _FENCE.match(line)
-        if fence is not None:
-            if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
-                spans.append((start, line_end, True))  # type: ignore[arg-type]
-                start, fence = None, None
-        elif opener:
-            if start is not None:
-                spans.append((start, pos - 1, False))
-            start, fence = pos, opener.group(1)
-        elif not line.strip():
-            if start is not None:
-                spans.append((start, pos - 1, False))
-                start = None
-        elif start is None:
-            start = pos
-        pos = line_end + 1
-    if start is not None:
-        spans.append((start, len(text), fence is not None))
-    return [_strip(text, s, e) + (f,) for s, e, f in spans if text[s:e].strip()]
-
-
-def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    spans = []
-    cursor = start
-    for m in _SENTENCE_BREAK.finditer(text, start, end):
-        line_start = max(cursor, text.rfind("\n", 0, m.start()) + 1)
-        if m.group("end") and _not_a_sentence_end(text, line_start, m.start()):
-            continue
-        stop = m.end("end") if m.group("end") else m.start()
-        spans.append((cursor, stop))
-        cursor = m.end()
-    spans.append((cursor, end))
-    return [_strip(text, s, e) for s, e in spans if text[s:e].strip()]
-
-
-def _not_a_sentence_end(text: str, line_start: int, dot: int) -> bool:
-    """A list number at the start of a line ("2. Pellucid Bio") or a known abbreviation ("Dr. Kallas")."""
-    if _ENUMERATOR.match(text[line_start:dot]):
-        return True
-    word = text[line_start:dot].rsplit(None, 1)[-1] if text[line_start:dot].strip() else ""
-    return word.lower() in _ABBREVIATIONS
-
-
-def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    spans = []
-    pos = start
-    for line in text[start:end].split("\n"):
-        if line.strip():
-            spans.append(_strip(text, pos, pos + len(line)))
-        pos += len(line) + 1
-    return spans
-
-
-def _code_lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Lines with their indentation kept: a chunk that starts mid-definition should still read as code."""
-    spans = []
-    pos = start
-    for line in text[start:end].split("\n"):
-        if line.strip():
-            spans.append((pos, _strip(text, pos, pos + len(line))[1]))
-        pos += len(line) + 1
-    return spans
-
-
-def _cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    spans = []
-    cursor = start
-    for m in re.finditer(re.escape(" | "), text[start:end]):
-        spans.append((cursor, start + m.start()))
-        cursor = start + m.end()
-    spans.append((cursor, end))
-    return [s for s in spans if s[1] > s[0]]
-
-
-def _strip(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end

@@ -9,14 +9,25 @@ do not parse, use a line heuristic that is right often enough.
 from __future__ import annotations
 
 import ast
-import hashlib
 import re
 from pathlib import Path
 
 from funnel.ingest.code_treesitter import TREESITTER_LANGUAGES, Span, fill_gaps, treesitter_spans
-from funnel.ingest.text import read_source
-from funnel.ingest.walk import CODE_FILENAMES, CODE_LANGUAGES
-from funnel.types import Document, LoadedDocument, Section, SectionKind
+from funnel.ingest.text import file_document, read_source
+from funnel.types import Kind, LoadedDocument, Section, SectionKind
+
+# Extension -> language. Config formats count as code: in a repository they are part of what breaks.
+CODE_LANGUAGES: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
+    ".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
+    ".java": "java", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c", ".cpp": "cpp",
+    ".cc": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".cs": "csharp", ".rb": "ruby",
+    ".php": "php", ".kt": "kotlin", ".kts": "kotlin", ".scala": "scala", ".swift": "swift",
+    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".sql": "sql", ".lua": "lua",
+    ".pl": "perl", ".r": "r", ".dart": "dart", ".m": "objective-c", ".vue": "vue",
+    ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".cfg": "ini",
+}
+CODE_FILENAMES: dict[str, str] = {"Dockerfile": "dockerfile", "Makefile": "make"}
 
 # A class longer than this is split per method. Code runs at about ten tokens a line, so this is
 # roughly what fits one 256-token embedding window; a method is also what a stack trace names.
@@ -103,14 +114,7 @@ def load_code(path: Path, doc_id: str, display_path: str, language: str | None =
                     heading=span.heading,
                 )
             )
-    document = Document(
-        doc_id=doc_id,
-        path=display_path,
-        title=Path(display_path).name,
-        kind="code",
-        content_hash=hashlib.sha256(raw).hexdigest(),
-        language=language,
-    )
+    document = file_document(doc_id, display_path, Kind.CODE, raw, language)
     return LoadedDocument(document=document, sections=tuple(sections))
 
 

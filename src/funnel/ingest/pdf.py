@@ -16,7 +16,6 @@ of the page before.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -25,8 +24,8 @@ from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
 from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
-from funnel.ingest.text import name_headers, table_row_line
-from funnel.types import Document, LoadedDocument, Section, SectionKind
+from funnel.ingest.text import file_document, name_headers, table_row_line
+from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
 # A line this much larger than the page's body text, and short, is taken as a heading.
 _HEADING_SIZE_RATIO = 1.15
@@ -95,13 +94,7 @@ def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDo
     if not sections:
         raise IngestError(display_path, "no extractable text: no text layer (a scanned or image-only PDF?); "
                                         "funnel does not OCR, so run it through an OCR tool such as ocrmypdf first")
-    document = Document(
-        doc_id=doc_id,
-        path=display_path,
-        title=Path(display_path).name,
-        kind="pdf",
-        content_hash=hashlib.sha256(raw).hexdigest(),
-    )
+    document = file_document(doc_id, display_path, Kind.PDF, raw)
     return LoadedDocument(document=document, sections=tuple(sections))
 
 

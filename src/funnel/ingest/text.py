@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from funnel.errors import IngestError
-from funnel.types import Document, LoadedDocument, Section, SectionKind
+from funnel.types import Document, Kind, LoadedDocument, Section, SectionKind
 
 # More than this share of control characters and the "text" is really binary data.
 _MAX_CONTROL_SHARE = 0.02
@@ -63,7 +63,7 @@ def decode_text(raw: bytes, display_path: str) -> str:
 def load_text(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
     raw, text = read_source(path, display_path)
     section = _whole_text_section(text.split("\n"))
-    return LoadedDocument(document=_document(doc_id, display_path, "text", raw), sections=(section,))
+    return LoadedDocument(document=file_document(doc_id, display_path, Kind.TEXT, raw), sections=(section,))
 
 
 def load_markdown(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
@@ -71,7 +71,8 @@ def load_markdown(path: Path, doc_id: str, display_path: str) -> LoadedDocument:
     sections = parse_markdown(text)
     if not sections:
         raise IngestError(display_path, "empty file")
-    return LoadedDocument(document=_document(doc_id, display_path, "markdown", raw), sections=tuple(sections))
+    document = file_document(doc_id, display_path, Kind.MARKDOWN, raw)
+    return LoadedDocument(document=document, sections=tuple(sections))
 
 
 def parse_markdown(text: str) -> list[Section]:
@@ -150,13 +151,17 @@ def _whole_text_section(lines: list[str]) -> Section:
     )
 
 
-def _document(doc_id: str, display_path: str, kind: str, raw: bytes) -> Document:
+def file_document(
+    doc_id: str, display_path: str, kind: Kind, raw: bytes, language: str | None = None
+) -> Document:
+    """The `Document` of a file a loader read: titled by its name, identified by its bytes' SHA-256."""
     return Document(
         doc_id=doc_id,
         path=display_path,
         title=Path(display_path).name,
         kind=kind,
         content_hash=hashlib.sha256(raw).hexdigest(),
+        language=language,
     )
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pathspec
 
 from funnel.errors import IngestError
+from funnel.ingest.loaders import SNIFF_BYTES, classify, looks_binary
+from funnel.types import Kind
 
 # Folders that hold dependencies, caches or build output: never the user's own sources.
 SKIP_DIRS = frozenset(
@@ -28,23 +30,6 @@ SKIP_DIRS = frozenset(
         ".gradle", ".next", ".nuxt", "coverage", "htmlcov", ".terraform", ".ipynb_checkpoints",
     }
 )
-
-PDF_EXTENSIONS = frozenset({".pdf"})
-MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown", ".mdown", ".mkd"})
-TEXT_EXTENSIONS = frozenset({".txt", ".text", ".rst"})
-
-# Extension -> language. Config formats count as code: in a repository they are part of what breaks.
-CODE_LANGUAGES: dict[str, str] = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript",
-    ".cjs": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
-    ".java": "java", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c", ".cpp": "cpp",
-    ".cc": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".cs": "csharp", ".rb": "ruby",
-    ".php": "php", ".kt": "kotlin", ".kts": "kotlin", ".scala": "scala", ".swift": "swift",
-    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".sql": "sql", ".lua": "lua",
-    ".pl": "perl", ".r": "r", ".dart": "dart", ".m": "objective-c", ".vue": "vue",
-    ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".cfg": "ini",
-}
-CODE_FILENAMES: dict[str, str] = {"Dockerfile": "dockerfile", "Makefile": "make"}
 
 # Never worth opening; listed so a folder walk does not read their first bytes to find out.
 BINARY_EXTENSIONS = frozenset(
@@ -58,16 +43,14 @@ BINARY_EXTENSIONS = frozenset(
     }
 )
 
-SNIFF_BYTES = 8192
 NOTHING_FOUND = ("nothing to ingest in this folder: no PDF, Markdown, text or code file that is not ignored "
                  "(.gitignore, dependency and build folders)")
-PDF_MAGIC = b"%PDF-"
 
 
 @dataclass(frozen=True)
 class SourceFile:
     path: Path  # resolved, absolute
-    kind: str  # "pdf" | "markdown" | "text" | "code"
+    kind: Kind
     language: str | None = None
 
 
@@ -148,34 +131,6 @@ def discover(paths: list[Path], limits: FileLimits | None = None, max_bytes: int
     return DiscoveryResult(
         files=files, problems=problems, roots=roots, removal_roots=removal_roots, unlisted=unlisted
     )
-
-
-def classify(path: Path, head: bytes) -> tuple[str, str | None] | None:
-    """(kind, language) from the name and the first bytes; None when funnel cannot load it.
-
-    The magic bytes win over the extension, so a PDF saved as `.txt` is still read as a PDF.
-    """
-    if head.startswith(PDF_MAGIC):
-        return "pdf", None
-    suffix = path.suffix.lower()
-    if suffix in PDF_EXTENSIONS:
-        return "pdf", None
-    if suffix in MARKDOWN_EXTENSIONS:
-        return "markdown", None
-    if suffix in TEXT_EXTENSIONS:
-        return "text", None
-    if suffix in CODE_LANGUAGES:
-        return "code", CODE_LANGUAGES[suffix]
-    if path.name in CODE_FILENAMES:
-        return "code", CODE_FILENAMES[path.name]
-    return None
-
-
-def looks_binary(head: bytes) -> bool:
-    """Git's rule: a NUL byte in the first 8 KB means binary. UTF-16 has NULs too; its BOM exempts it."""
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return False
-    return b"\x00" in head
 
 
 def _add_root(roots: list[Path], root: Path) -> None:
@@ -299,12 +254,12 @@ class _Walker:
                 reason = "binary file" if looks_binary(head) else unsupported
                 self.problems.append(IngestError(report_as, reason))
             return
-        if kind[0] != "pdf" and looks_binary(head):
+        if kind[0] is not Kind.PDF and looks_binary(head):
             self.problems.append(IngestError(report_as, "binary file (NUL bytes in the first 8 KB)"))
             return
-        if kind[0] == "code" and not explicit and size <= SNIFF_BYTES and not head.strip():
+        if kind[0] is Kind.CODE and not explicit and size <= SNIFF_BYTES and not head.strip():
             return  # an empty __init__.py is normal in a tree; an empty document's loader reports it
-        is_pdf = kind[0] == "pdf"
+        is_pdf = kind[0] is Kind.PDF
         limit = self.limits.max_pdf_bytes if is_pdf else self.limits.max_bytes
         if size > limit:
             setting = "max_pdf_mb" if is_pdf else "max_file_mb"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from funnel.errors import BackendUnavailable, missing_dependency
+from funnel.torch_runtime import SentenceTransformersModel
 from funnel.types import Candidate, RerankResult
 
 
@@ -15,26 +15,15 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-class CrossEncoderReranker:
-    def __init__(self, model: str, max_length: int = 256, batch_size: int = 16, device: str = "cpu"):
-        self.model_name = model
-        self.name = f"st:{model}"
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.device = device
-        self._model = None
+class CrossEncoderReranker(SentenceTransformersModel):
+    CLASS, WHAT, LABEL = "CrossEncoder", "the cross-encoder reranker", "cross-encoder"
 
-    def warm_up(self) -> None:
-        if self._model is not None:
-            return
-        try:
-            from sentence_transformers import CrossEncoder
-        except ImportError as e:
-            raise missing_dependency("the cross-encoder reranker", "sentence-transformers", "torch") from e
-        try:
-            self._model = CrossEncoder(self.model_name, max_length=self.max_length, device=self.device)
-        except Exception as e:  # hub unreachable, bad path: one line
-            raise BackendUnavailable(f"cannot load cross-encoder {self.model_name!r}: {e}") from e
+    def __init__(self, model: str, max_length: int = 256, batch_size: int = 16, device: str = "cpu"):
+        super().__init__(model, device, batch_size)
+        self.max_length = max_length
+
+    def _options(self) -> dict:
+        return {"max_length": self.max_length}
 
     def _truncated(self, query: str, candidates: list[Candidate]) -> tuple[int, ...]:
         tokenizer = self._model.tokenizer

@@ -1,5 +1,5 @@
 """A torch-free cross-encoder reranker: onnxruntime + tokenizers on a graph built by
-`funnel.embed.onnx_build.build_cross_encoder` (BertForSequenceClassification, one label).
+`funnel.onnx.build.build_cross_encoder` (BertForSequenceClassification, one label).
 
 Each (query, passage) pair is encoded as `[CLS] query [SEP] passage [SEP]` with token types 0/1. The
 query is kept whole and only the passage is cut to fit `max_length`; a query too long to fit at all is
@@ -13,16 +13,14 @@ Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from funnel.embed import onnx_build
-from funnel.embed.onnx import _default_threads
 from funnel.errors import BackendUnavailable, ConfigError
-from funnel.onnx_runtime import load_session, load_tokenizers, read_meta
+from funnel.onnx import layout
+from funnel.onnx.runtime import OnnxModel, default_threads
 from funnel.types import Candidate, RerankResult
 
 BUILTIN_NAME = "funnel-reranker-minilm"
@@ -35,15 +33,15 @@ def builtin_model_dir() -> Path:
     """The directory of funnel's built-in reranker: $FUNNEL_RERANKER_DIR, else the packaged one."""
     env = os.environ.get(BUILTIN_DIR_ENV)
     target = Path(env).expanduser() if env else _PACKAGED_MODELS / BUILTIN_NAME
-    if not (target / onnx_build.META_FILE).is_file():
+    if not (target / layout.META_FILE).is_file():
         raise BackendUnavailable(
-            f"the built-in reranker model is missing: no {onnx_build.META_FILE} in {target}; rebuild it with "
+            f"the built-in reranker model is missing: no {layout.META_FILE} in {target}; rebuild it with "
             f"`make reranker` (tools/train_reranker.py) or point {BUILTIN_DIR_ENV} at a model directory"
         )
     return target
 
 
-class OnnxCrossEncoder:
+class OnnxCrossEncoder(OnnxModel):
     """Reranks with an ONNX cross-encoder; implements the `Reranker` protocol.
 
     The constructor only reads funnel_model.json; the session and tokenizer load on `warm_up()` or on
@@ -60,10 +58,10 @@ class OnnxCrossEncoder:
     ):
         self.model_dir = Path(model_dir)
         meta = self._read_meta()
-        if meta.get("head") != onnx_build.CROSS_ENCODER_HEAD:
+        if meta.get("head") != layout.CROSS_ENCODER_HEAD:
             raise BackendUnavailable(
                 f"{self.model_dir} is not a cross-encoder (head {meta.get('head')!r}, expected "
-                f"{onnx_build.CROSS_ENCODER_HEAD!r})"
+                f"{layout.CROSS_ENCODER_HEAD!r})"
             )
         if max_length < 8:
             raise ConfigError(f"max_length must be at least 8 tokens, got {max_length}")
@@ -74,49 +72,28 @@ class OnnxCrossEncoder:
         for path in (self.model_path, self.tokenizer_path):
             if not path.is_file():
                 raise BackendUnavailable(
-                    f"cross-encoder file missing: {path} (rebuild with python -m funnel.embed.onnx_build "
+                    f"cross-encoder file missing: {path} (rebuild with python -m funnel.onnx.build "
                     "--cross-encoder, or use quantized=True where only the int8 model is shipped)"
                 )
         self.name: str = meta["name"] + ("-int8" if quantized else "")
         self.max_length = max_length
         self.batch_size = max(1, batch_size)
-        self.threads = threads or _default_threads()
+        self.threads = threads or default_threads()
         # Dynamic int8 quantises activations with one scale per tensor, so in a batch every pair (padding
         # included) moves the others' rounding and a pair's score would depend on its neighbours. int8
         # therefore runs one pair at a time: with no padding to compute this also measured faster on
         # 2 cores (see MODEL_CARD.md). fp32 batches, sorted by length.
         self.rows_per_run = 1 if quantized else self.batch_size
-        self._session: Any = None
-        self._tokenizer: Any = None  # pair encoding, truncating the passage only
-        self._counter: Any = None  # no truncation: counts query tokens and finds where to cut
-        self._lock = threading.Lock()
+        self._start_loading()  # the tokenizer truncates the passage only; the counter never truncates
 
     @classmethod
     def builtin(cls, quantized: bool = True, threads: int | None = None) -> OnnxCrossEncoder:
         return cls(builtin_model_dir(), quantized=quantized, threads=threads)
 
-    def _read_meta(self) -> dict[str, Any]:
-        return read_meta(self.model_dir)
+    WHAT = "the ONNX cross-encoder"
 
-    # ---------------------------------------------------------------------------------------------
-    # Loading
-
-    def warm_up(self) -> None:
-        """Load the onnxruntime session and the tokenizer (a second call is free)."""
-        if self._session is not None:
-            return
-        with self._lock:
-            if self._session is None:
-                self._counter, self._tokenizer = self._load_tokenizers()
-                self._session = self._load_session()
-
-    def _load_session(self) -> Any:
-        return load_session(self.model_path, self.threads, "the ONNX cross-encoder")
-
-    def _load_tokenizers(self) -> tuple[Any, Any]:
-        counter, tokenizer = load_tokenizers(self.tokenizer_path, "the ONNX cross-encoder")
+    def _truncate(self, tokenizer: Any) -> None:
         tokenizer.enable_truncation(self.max_length, strategy="only_second")
-        return counter, tokenizer
 
     # ---------------------------------------------------------------------------------------------
     # The Reranker protocol

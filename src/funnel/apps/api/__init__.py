@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
@@ -37,6 +37,7 @@ from funnel.apps.factory import build_chat, build_generator, reranker_from_setti
 from funnel.apps.settings import Settings
 from funnel.embed import DEFAULT, load_embedder
 from funnel.errors import ConfigError
+from funnel.ingest.loaders import upload_accept
 from funnel.rerank.base import Reranker
 
 __all__ = ["ERROR_STATUS", "STATIC_DIR", "create_app", "status_for"]
@@ -148,8 +149,11 @@ def _serve_web_page(app: FastAPI) -> None:
     if not index.is_file():
         return
 
+    # The file picker offers what an upload takes: the loaders' table, not a second list in the HTML.
+    page = index.read_text(encoding="utf-8").replace("{upload_accept}", upload_accept())
+
     @app.get("/", include_in_schema=False)
-    def web_page() -> FileResponse:
-        return FileResponse(index, media_type="text/html; charset=utf-8")
+    def web_page() -> HTMLResponse:
+        return HTMLResponse(page)
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

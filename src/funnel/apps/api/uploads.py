@@ -16,18 +16,13 @@ from typing import BinaryIO
 
 from funnel.apps.api.errors import Conflict, TooLarge, UnsupportedType
 from funnel.errors import IngestError
+from funnel.ingest.loaders import PDF_MAGIC, SNIFF_BYTES, UPLOADABLE, looks_binary, sniff
 from funnel.ingest.text import decode_text
-from funnel.ingest.walk import PDF_MAGIC, looks_binary
+from funnel.types import Kind
 
-KINDS = {".pdf": "pdf", ".md": "markdown", ".markdown": "markdown", ".txt": "text"}
-MEDIA_TYPES = {
-    "pdf": "application/pdf",
-    "markdown": "text/markdown; charset=utf-8",
-    "text": "text/plain; charset=utf-8",
-}
-SNIFF_BYTES = 8192
-# PDF readers accept a little junk before the header; pdfplumber does too.
-PDF_HEADER_WINDOW = 1024
+# The loaders' table decides what an upload may be; these are its views for the routes.
+KINDS: dict[str, Kind] = {suffix: loader.kind for loader in UPLOADABLE for suffix in loader.extensions}
+MEDIA_TYPES: dict[Kind, str] = {loader.kind: loader.media_type for loader in UPLOADABLE}
 MAX_NAME_CHARS = 120
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ ()+-]+")
 
@@ -56,17 +51,18 @@ def safe_filename(name: str) -> str:
     return stem[: MAX_NAME_CHARS - len(suffix)] + suffix
 
 
-def kind_of(filename: str) -> str:
+def kind_of(filename: str) -> Kind:
     suffix = Path(filename).suffix.lower()
     if suffix not in KINDS:
         shown = f"'{suffix}'" if suffix else "no extension"
+        *others, last = (f"{loader.label} ({next(iter(loader.extensions))})" for loader in UPLOADABLE)
         raise UnsupportedType(
-            f"{filename}: unsupported file type ({shown}); upload PDF (.pdf), Markdown (.md) or text (.txt)"
+            f"{filename}: unsupported file type ({shown}); upload {', '.join(others)} or {last}"
         )
     return KINDS[suffix]
 
 
-def check(upload: Upload, max_bytes: int) -> tuple[str, str]:
+def check(upload: Upload, max_bytes: int) -> tuple[str, Kind]:
     """(safe name, kind) of an upload funnel will take; TooLarge, UnsupportedType or IngestError otherwise."""
     name = safe_filename(upload.filename)
     kind = kind_of(name)
@@ -77,10 +73,10 @@ def check(upload: Upload, max_bytes: int) -> tuple[str, str]:
     upload.file.seek(0)
     head = upload.file.read(SNIFF_BYTES)
     upload.file.seek(0)
-    is_pdf = PDF_MAGIC in head[:PDF_HEADER_WINDOW]
-    if kind == "pdf" and not is_pdf:
+    is_pdf = sniff(head) is Kind.PDF
+    if kind is Kind.PDF and not is_pdf:
         raise UnsupportedType(f"{name} is not a PDF: its content does not start with {PDF_MAGIC.decode()}")
-    if kind != "pdf":
+    if kind is not Kind.PDF:
         if is_pdf:
             raise UnsupportedType(f"{name} is a PDF named as text; upload it with a .pdf name")
         if looks_binary(head):
