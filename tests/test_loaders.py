@@ -27,6 +27,7 @@ def test_every_kind_but_a_dataset_record_has_one_loader():
         ("svc.py", b"x = 1", (Kind.CODE, "python")),
         ("Dockerfile", b"FROM x", (Kind.CODE, "dockerfile")),
         ("scan.txt", b"%PDF-1.7\n", (Kind.PDF, None)),  # the content wins over the name
+        ("pdf-notes.md", b"# PDF headers\nEvery file starts with %PDF-1.7", (Kind.MARKDOWN, None)),  # a mention
         ("photo.png", b"\x89PNG", None),
     ],
 )
@@ -34,7 +35,7 @@ def test_classify_reads_the_table(name, head, expected):
     assert classify(Path(name), head) == expected
 
 
-def test_pdfs_are_sniffed_one_way_for_discovery_and_uploads():
+def test_an_upload_named_pdf_may_carry_junk_before_its_header():
     assert sniff(b"junk before the header %PDF-1.4") is Kind.PDF  # within the first KB, as PDF readers allow
     assert sniff(b" " * 2000 + b"%PDF-1.4") is None
     assert sniff(b"plain text") is None

@@ -91,9 +91,10 @@ def by_name(path: Path) -> tuple[Loader, str | None] | None:
 def classify(path: Path, head: bytes) -> tuple[Kind, str | None] | None:
     """(kind, language) from the name and the first bytes; None when funnel cannot load it.
 
-    The magic bytes win over the extension, so a PDF saved as `.txt` is still read as a PDF.
+    The magic bytes win over the extension when the file starts with them, so a PDF saved as `.txt` is still
+    read as a PDF; a Markdown or text file that merely mentions `%PDF-` near its top stays text.
     """
-    sniffed = sniff(head)
+    sniffed = next((loader.kind for loader in LOADERS if loader.magic and head.startswith(loader.magic)), None)
     if sniffed is not None:
         return sniffed, None
     found = by_name(path)
