@@ -25,15 +25,8 @@ from helpers import FakeClock
 from funnel.apps.triage import slack
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
-from funnel.apps.triage.slack import (
-    HEADER_CHARS,
-    LLM_UNAVAILABLE,
-    MAX_BLOCKS,
-    SECTION_CHARS,
-    Delivery,
-    DeliveryStatus,
-    SlackNotifier,
-)
+from funnel.apps.triage.slack import Delivery, DeliveryStatus, SlackNotifier
+from funnel.apps.triage.slack_message import HEADER_CHARS, LLM_UNAVAILABLE, MAX_BLOCKS, SECTION_CHARS
 from funnel.errors import ConfigError
 
 WEBHOOK_SECRET = "xq7SecretWebhookPathZ9"
