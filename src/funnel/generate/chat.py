@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
@@ -20,6 +20,7 @@ from funnel.errors import ConfigError, UpstreamError
 from funnel.http import Upstream
 
 STAGE = "llm"
+R = TypeVar("R")
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -88,23 +89,32 @@ class ChatModel(Protocol):
     ) -> Iterator[str]: ...
 
 
-class ChatStream(Iterator[str]):
-    """The text deltas of one streamed reply. `reply` is None until the deltas are exhausted, then the
-    whole `ChatReply`. `close()` drops the connection of a stream read only in part."""
+class ReturningStream(Iterator[str], Generic[R]):
+    """The text deltas of a generator that returns a final value: `value` is None until the deltas are
+    exhausted, then what the generator returned. `close()` drops a stream read only in part."""
 
-    def __init__(self, events: Generator[str, None, ChatReply]):
+    def __init__(self, events: Generator[str, None, R]):
         self._events = events
-        self.reply: ChatReply | None = None
+        self.value: R | None = None
 
     def __next__(self) -> str:
         try:
             return next(self._events)
         except StopIteration as stop:
-            self.reply = stop.value
+            self.value = stop.value
             raise
 
     def close(self) -> None:
         self._events.close()
+
+
+class ChatStream(ReturningStream[ChatReply]):
+    """The text deltas of one streamed reply. `reply` is None until the deltas are exhausted, then the
+    whole `ChatReply`. `close()` drops the connection of a stream read only in part."""
+
+    @property
+    def reply(self) -> ChatReply | None:
+        return self.value
 
 
 def parse_arguments(raw: object, where: str) -> dict:

@@ -19,9 +19,9 @@ import httpx
 
 from funnel.errors import ConfigError
 from funnel.generate.chat import (
+    ChatCall,
     ChatMessage,
     ChatReply,
-    ChatCall,
     HttpChatModel,
     ToolCall,
     function_tools,
