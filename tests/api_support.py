@@ -45,6 +45,21 @@ def wait_calibrated(client: httpx.Client, collection: str, timeout: float = 120)
         time.sleep(0.05)
 
 
+def ingested_samples(data: Path, **settings) -> Path:
+    """`data` as a data dir whose "default" collection holds the samples, ingested and calibrated by an app
+    under `Settings(embedder="hashing", **settings)`; module fixtures share it between servers."""
+    from funnel.apps.api import create_app
+    from funnel.apps.settings import Settings
+    from helpers import serving
+
+    app = create_app(Settings(embedder="hashing", data_dir=data, **settings))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert upload(client, "default", samples()).status_code == 202
+        assert {d["status"] for d in wait_done(client, "default")} == {"ready"}
+        wait_calibrated(client, "default")
+    return data
+
+
 def expected_rerank_status(client: httpx.Client, collection: str) -> str:
     """What `rerank_status` a search of a calibrated collection reports under the default `auto` policy."""
     return "skipped" if wait_calibrated(client, collection)["option"] == "first_stage" else "ok"

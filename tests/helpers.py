@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 
@@ -25,6 +26,14 @@ def chunk(doc_id: str, ordinal: int = 0, text: str = "", **kw) -> Chunk:
         content_hash=kw.pop("content_hash", "h-" + doc_id),
         **kw,
     )
+
+
+def write_files(folder: Path, files: dict[str, str]) -> Path:
+    """`folder`, created, holding `files` (name -> text)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
 
 
 def candidates(doc_ids: list[str]) -> list[Candidate]:

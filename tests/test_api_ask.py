@@ -3,14 +3,14 @@ conversations, LLM failures (down, dying mid-stream), clients that hang up, and 
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import httpx
 import pytest
-from api_support import (CEO_QUESTION, FakeOpenAI, expected_rerank_status, samples, sse_events, upload,
-                         wait_calibrated, wait_done)
+from api_support import (CEO_QUESTION, FakeOpenAI, expected_rerank_status, ingested_samples, samples,
+                         sse_events, upload, wait_done)
 from helpers import serving
+from upstream_support import closed_port
 
 from funnel.apps.api import create_app
 from funnel.apps.api.conversations import Conversations, Turn, heuristic_rewrite
@@ -19,22 +19,10 @@ from funnel.apps.settings import Settings
 FOLLOW_UP = "How many employees does it have?"
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """One data dir with the samples ingested, shared by servers with different LLM settings."""
-    data = tmp_path_factory.mktemp("ask") / "data"
-    app = create_app(Settings(embedder="hashing", data_dir=data))
-    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert upload(client, "default", samples()).status_code == 202
-        assert {d["status"] for d in wait_done(client, "default")} == {"ready"}
-        wait_calibrated(client, "default")
-    return data
+    return ingested_samples(tmp_path_factory.mktemp("ask") / "data")
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,17 @@ import asyncio
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
 from helpers import candidates as first_stage
 from helpers import chunk, serving
+from upstream_support import Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.api import create_app
 from funnel.apps.factory import build_reranker, reranker_from_settings
@@ -296,12 +296,6 @@ def test_upstream_errors_map_to_gateway_status_codes():
 # --- a server that is down, and one that is too slow -----------------------------------------------------
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_server_down_falls_back_with_reason():
     reranker = HttpReranker("ollama", f"http://127.0.0.1:{closed_port()}", timeout_s=2)
     cands = passages()
@@ -312,27 +306,9 @@ def test_server_down_falls_back_with_reason():
 
 
 @pytest.fixture
-def slow_server():
-    release = threading.Event()
-
-    class Slow(BaseHTTPRequestHandler):
-        def do_POST(self):
-            release.wait(5)  # past any timeout the tests use; released at teardown
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b'{"results": []}')
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    release.set()
-    server.shutdown()
-    server.server_close()
+def slow_server(fake):
+    fake.answer(Reply(body={"results": []}, delay_s=5))  # past any timeout the tests use
+    return fake.url
 
 
 def test_slow_server_times_out_and_falls_back(slow_server):

@@ -9,139 +9,15 @@ cut streams, refused connections and timeouts go through real sockets.
 from __future__ import annotations
 
 import json
-import socket
-import sys
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from upstream_support import Reply, closed_port, fake, ndjson, sse  # noqa: F401 (fake: the fixture)
 
 from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout
 from funnel.generate.chat import ChatMessage, ChatModel, ChatReply, ChatStream, ToolCall, ToolSpec
 from funnel.generate.ollama import OllamaChat
 from funnel.generate.openai_compat import OpenAIChat, render_prompt
-
-# --- a fake LLM server --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """What the fake server answers: a JSON body, or streamed lines (NDJSON or SSE), optionally cut off
-    mid-body (the chunked encoding is never finished) or delayed."""
-
-    body: object = None
-    status: int = 200
-    lines: list[str] | None = None
-    content_type: str = "application/json"
-    cut: bool = False  # drop the connection after the lines, mid-body
-    delay_s: float = 0.0  # before the response
-    line_delay_s: float = 0.0  # before each streamed line after the first
-    raw: bytes | None = None
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict
-
-
-@dataclass
-class FakeServer:
-    url: str
-    requests: list[Received] = field(default_factory=list)
-    script: Callable[[str, dict], Reply] | Reply = field(default_factory=Reply)
-
-    def answer(self, reply: Reply | Callable[[str, dict], Reply]) -> None:
-        self.script = reply
-
-    @property
-    def last(self) -> Received:
-        return self.requests[-1]
-
-
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is no error here
-            super().handle_error(request, client_address)
-
-
-def serve() -> tuple[FakeServer, ThreadingHTTPServer]:
-    state: FakeServer
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):  # keep test output clean
-            pass
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            state.requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-            reply = state.script(self.path, body) if callable(state.script) else state.script
-            time.sleep(reply.delay_s)
-            self._send(reply)
-
-        def _send(self, reply: Reply) -> None:
-            if reply.lines is None:
-                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            self.send_response(reply.status)
-            self.send_header("Content-Type", reply.content_type)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for i, line in enumerate(reply.lines):
-                if i:
-                    time.sleep(reply.line_delay_s)
-                data = (line + "\n").encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            if reply.cut:
-                self.close_connection = True  # no terminating chunk: the body stops mid-way
-                return
-            self.wfile.write(b"0\r\n\r\n")
-
-    server = _QuietServer(("127.0.0.1", 0), Handler)
-    state = FakeServer(f"http://127.0.0.1:{server.server_address[1]}")
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    return state, server
-
-
-@pytest.fixture
-def fake():
-    state, server = serve()
-    yield state
-    server.shutdown()
-    server.server_close()
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ndjson(*objects: dict) -> list[str]:
-    return [json.dumps(o) for o in objects]
-
-
-def sse(*objects: dict | str) -> list[str]:
-    """Server-sent events: each object a `data:` line followed by the blank line that ends the event."""
-    lines = []
-    for o in objects:
-        lines += [f"data: {o if isinstance(o, str) else json.dumps(o)}", ""]
-    return lines
 
 
 def mocked(cls, handler, **kw):

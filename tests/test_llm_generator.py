@@ -1,22 +1,19 @@
 """LlmGenerator (context packing, prompt, citations, streaming) and FallbackGenerator.
 
 The generator logic runs against `ScriptedChat`, a ChatModel whose reply the test states; the round trips
-run over the real HTTP backends against the fake servers of test_llm_backends, and the fallback is checked
+run over the real HTTP backends against the fake server of upstream_support, and the fallback is checked
 with the model server down (a closed port) through the whole pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from helpers import chunk
-from test_llm_backends import Reply, closed_port, ndjson, serve, sse
+from helpers import chunk, write_files
+from upstream_support import Reply, ScriptedChat, closed_port, fake, ndjson, sse  # noqa: F401 (fixture)
 
 from funnel.embed import HashingEmbedder
-from funnel.errors import BackendUnavailable, ConfigError, UpstreamError
+from funnel.errors import BackendUnavailable, ConfigError
 from funnel.generate.base import Generator
-from funnel.generate.chat import ChatMessage, ChatReply
 from funnel.generate.extractive import NOT_FOUND, ExtractiveGenerator
 from funnel.generate.llm import (
     INTERRUPTED,
@@ -34,28 +31,6 @@ from funnel.pipeline import Pipeline
 from funnel.types import Candidate, Chunk, Hit, RerankStatus, SearchResult
 
 WORDS = HashingEmbedder().count_tokens  # the embedder's tokenizer: one token per word
-
-
-class ScriptedChat:
-    """A ChatModel that answers what the test says, records what it was sent, and can break mid-stream."""
-
-    def __init__(self, content: str = "", deltas: list[str] | None = None, fail_after: int | None = None):
-        self.name = "scripted:model"
-        self.content = content
-        self.deltas = deltas if deltas is not None else [content]
-        self.fail_after = fail_after
-        self.sent: list[list[ChatMessage]] = []
-
-    def chat(self, messages, tools=(), *, json_schema=None, max_tokens=None, temperature=0.0) -> ChatReply:
-        self.sent.append(list(messages))
-        return ChatReply(self.content)
-
-    def stream(self, messages, *, max_tokens=None, temperature=0.0) -> Iterator[str]:
-        self.sent.append(list(messages))
-        for i, delta in enumerate(self.deltas):
-            if i == self.fail_after:
-                raise UpstreamError("llm", "the stream broke")
-            yield delta
 
 
 def search_result(chunks: list[Chunk], query: str = "q") -> SearchResult:
@@ -204,14 +179,6 @@ def test_a_stream_broken_midway_raises_with_the_partial_answer():
 # --- over real HTTP ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake():
-    state, server = serve()
-    yield state
-    server.shutdown()
-    server.server_close()
-
-
 def test_answer_through_an_openai_compatible_server(fake):
     fake.answer(
         Reply(
@@ -261,10 +228,10 @@ def down() -> LlmGenerator:
 
 @pytest.fixture
 def pipeline(tmp_path):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "anvils.txt").write_text("Acme makes anvils. The CEO of Acme is Jane Roe.\n")
-    (docs / "gears.txt").write_text("Gears transmit torque between shafts.\n")
+    docs = write_files(tmp_path / "docs", {
+        "anvils.txt": "Acme makes anvils. The CEO of Acme is Jane Roe.\n",
+        "gears.txt": "Gears transmit torque between shafts.\n",
+    })
     embedder = HashingEmbedder(dim=32, max_tokens=64)
     generator = FallbackGenerator(down(), ExtractiveGenerator(embedder))
     p = Pipeline(LanceStore(tmp_path / "index"), embedder, generator=generator)

@@ -1,7 +1,7 @@
 """The Slack notifier against a real HTTP receiver on 127.0.0.1.
 
-The receiver is a stdlib `ThreadingHTTPServer` that records every JSON body it gets and answers from a
-script (200 "ok", 429 + Retry-After, 500, 400 "invalid_payload", an answer slower than the client's
+The receiver is the shared fake server of upstream_support, which records every body it gets and answers
+from a script (200 "ok", 429 + Retry-After, 500, 400 "invalid_payload", an answer slower than the client's
 timeout). Time is faked: the clock is a counter the test moves, and `sleep` records its delays.
 """
 
@@ -9,31 +9,20 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 from helpers import FakeClock
+from upstream_support import FakeServer, Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.triage import slack
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
-from funnel.apps.triage.slack import (
-    HEADER_CHARS,
-    LLM_UNAVAILABLE,
-    MAX_BLOCKS,
-    SECTION_CHARS,
-    Delivery,
-    DeliveryStatus,
-    SlackNotifier,
-)
+from funnel.apps.triage.slack import Delivery, DeliveryStatus, SlackNotifier
+from funnel.apps.triage.slack_message import HEADER_CHARS, LLM_UNAVAILABLE, MAX_BLOCKS, SECTION_CHARS
 from funnel.errors import ConfigError
 
 WEBHOOK_SECRET = "xq7SecretWebhookPathZ9"
@@ -44,71 +33,41 @@ SLACK_TOKEN = "xoxb-1234567890-abcdefghijkl"
 # --- the receiver ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Reply:
-    status: int = 200
-    body: str = "ok"
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
+def reply(status: int = 200, body: str = "ok", headers: dict | None = None, delay: float = 0.0) -> Reply:
+    """What Slack answers: a status and a plain-text reason ("ok", "invalid_payload")."""
+    raw, headers = body.encode(), headers or {}
+    return Reply(status=status, raw=raw, content_type="text/plain", headers=headers, delay_s=delay)
 
 
 class Receiver:
-    def __init__(self) -> None:
-        self.raw: list[bytes] = []
-        self.paths: list[str] = []
-        self.script: deque[Reply] = deque()
-        self.lock = threading.Lock()
-        self.url = ""
+    """The shared fake server as a Slack webhook: `url` holds the secret path, `answer` queues replies."""
+
+    def __init__(self, server: FakeServer) -> None:
+        self.server = server
+        self.url = f"{server.url}/services/T0001/B0002/{WEBHOOK_SECRET}"
+        server.answer(reply())
+
+    @property
+    def raw(self) -> list[bytes]:
+        with self.server.lock:
+            return [r.raw for r in self.server.requests]
+
+    @property
+    def paths(self) -> list[str]:
+        with self.server.lock:
+            return [r.path for r in self.server.requests]
 
     @property
     def bodies(self) -> list[dict]:
-        with self.lock:
-            return [json.loads(raw) for raw in self.raw]
+        return [json.loads(raw) for raw in self.raw]
 
     def answer(self, *replies: Reply) -> None:
-        with self.lock:
-            self.script.extend(replies)
-
-
-def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            with receiver.lock:
-                receiver.raw.append(raw)
-                receiver.paths.append(self.path)
-                reply = receiver.script.popleft() if receiver.script else Reply()
-            if reply.delay:
-                time.sleep(reply.delay)
-            body = reply.body.encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:  # the client gave up (timeout test)
-                pass
-
-        def log_message(self, *args) -> None:
-            pass
-
-    return Handler
+        self.server.queue(*replies)
 
 
 @pytest.fixture
-def receiver():
-    r = Receiver()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(r))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    r.url = f"http://127.0.0.1:{server.server_address[1]}/services/T0001/B0002/{WEBHOOK_SECRET}"
-    yield r
-    server.shutdown()
-    server.server_close()
+def receiver(fake):
+    return Receiver(fake)
 
 
 @pytest.fixture
@@ -272,7 +231,7 @@ def test_slack_limits_are_respected(make):
 
 
 def test_429_honours_retry_after(make, receiver, sleeps):
-    receiver.answer(Reply(429, "rate_limited", {"Retry-After": "2"}))
+    receiver.answer(reply(429, "rate_limited", {"Retry-After": "2"}))
     delivery = make().notify(result())
     assert (delivery.status, delivery.attempts) == ("sent", 2)
     assert sleeps == [2.0]
@@ -280,14 +239,14 @@ def test_429_honours_retry_after(make, receiver, sleeps):
 
 
 def test_retry_after_is_capped_at_thirty_seconds(make, receiver, sleeps):
-    receiver.answer(Reply(429, "rate_limited", {"Retry-After": "600"}), Reply(429, "rate_limited"))
+    receiver.answer(reply(429, "rate_limited", {"Retry-After": "600"}), reply(429, "rate_limited"))
     delivery = make().notify(result())
     assert (delivery.status, delivery.attempts) == ("sent", 3)
     assert sleeps == [30.0, 1.0]  # without the header: the backoff of attempt 2
 
 
 def test_5xx_is_retried_with_exponential_backoff_then_fails(make, receiver, sleeps):
-    receiver.answer(*[Reply(500, "internal error")] * 5)
+    receiver.answer(*[reply(500, "internal error")] * 5)
     delivery = make(max_retries=4, backoff=0.5).notify(result())
     assert delivery.status == DeliveryStatus.FAILED
     assert delivery.attempts == 5 and len(receiver.bodies) == 5
@@ -296,13 +255,13 @@ def test_5xx_is_retried_with_exponential_backoff_then_fails(make, receiver, slee
 
 
 def test_5xx_then_success(make, receiver, sleeps):
-    receiver.answer(Reply(503, "busy"))
+    receiver.answer(reply(503, "busy"))
     delivery = make().notify(result())
     assert (delivery.status, delivery.attempts, sleeps) == ("sent", 2, [0.5])
 
 
 def test_400_fails_at_once_with_slacks_reason(make, receiver, sleeps):
-    receiver.answer(Reply(400, "invalid_payload"))
+    receiver.answer(reply(400, "invalid_payload"))
     delivery = make().notify(result())
     assert (delivery.status, delivery.attempts) == ("failed", 1)
     assert delivery.detail == "Slack answered HTTP 400: invalid_payload"
@@ -310,7 +269,7 @@ def test_400_fails_at_once_with_slacks_reason(make, receiver, sleeps):
 
 
 def test_a_reply_slower_than_the_timeout_is_retried(make, receiver, sleeps):
-    receiver.answer(Reply(200, "ok", delay=1.5))
+    receiver.answer(reply(200, "ok", delay=1.5))
     delivery = make(timeout=0.3).notify(result())
     assert (delivery.status, delivery.attempts) == ("sent", 2)
     assert sleeps == [0.5]
@@ -318,20 +277,14 @@ def test_a_reply_slower_than_the_timeout_is_retried(make, receiver, sleeps):
 
 
 def test_a_receiver_that_always_times_out(make, receiver, sleeps):
-    receiver.answer(*[Reply(200, "ok", delay=1.0)] * 2)
+    receiver.answer(*[reply(200, "ok", delay=1.0)] * 2)
     delivery = make(timeout=0.2, max_retries=1).notify(result())
     assert (delivery.status, delivery.attempts) == ("failed", 2)
     assert delivery.detail.startswith("Slack did not answer within 0.2s")
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_connection_refused_is_retried_and_never_raises(make, sleeps):
-    url = f"http://127.0.0.1:{_closed_port()}/services/T1/B2/{WEBHOOK_SECRET}"
+    url = f"http://127.0.0.1:{closed_port()}/services/T1/B2/{WEBHOOK_SECRET}"
     delivery = make(url, max_retries=2).notify(result())
     assert (delivery.status, delivery.attempts) == ("failed", 3)
     assert delivery.detail.startswith("cannot reach Slack: ConnectError")
@@ -405,7 +358,7 @@ def test_a_new_window_after_a_quiet_one_reports_a_first_occurrence(make, receive
 
 
 def test_a_failed_message_opens_no_window(make, receiver):
-    receiver.answer(Reply(400, "invalid_payload"))
+    receiver.answer(reply(400, "invalid_payload"))
     notifier = make()
     assert notifier.notify(result()).status == "failed"
     delivery = notifier.notify(result())
@@ -466,14 +419,14 @@ def test_duplicates_do_not_use_the_rate(make, receiver):
 def test_webhook_url_never_in_details_logs_or_repr(make, receiver, caplog):
     caplog.set_level(logging.DEBUG)
     receiver.answer(
-        Reply(500, f"error for {receiver.url}"),
-        Reply(429, "rate_limited", {"Retry-After": "1"}),
-        Reply(200, "ok"),
-        Reply(404, f"no_service {WEBHOOK_SECRET}"),
+        reply(500, f"error for {receiver.url}"),
+        reply(429, "rate_limited", {"Retry-After": "1"}),
+        reply(200, "ok"),
+        reply(404, f"no_service {WEBHOOK_SECRET}"),
     )
     notifier = make(dedupe_window_s=0, rate_per_minute=100)
     deliveries = [notifier.notify(result()), notifier.notify(result())]
-    refused = make(f"http://127.0.0.1:{_closed_port()}/x/{WEBHOOK_SECRET}", max_retries=1).notify(result())
+    refused = make(f"http://127.0.0.1:{closed_port()}/x/{WEBHOOK_SECRET}", max_retries=1).notify(result())
     assert [d.status for d in deliveries] == ["sent", "failed"]
     texts = [d.detail for d in [*deliveries, refused]] + [repr(notifier), caplog.text]
     assert caplog.text  # httpx and the notifier did log
@@ -498,7 +451,7 @@ def test_settings_are_validated():
 
 def test_retry_after_as_an_http_date(make, receiver, sleeps):
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=5), usegmt=True)
-    receiver.answer(Reply(429, "rate_limited", {"Retry-After": when}))
+    receiver.answer(reply(429, "rate_limited", {"Retry-After": when}))
     assert make().notify(result()).status == "sent"
     [delay] = sleeps
     assert 3.0 <= delay <= 5.0

@@ -18,7 +18,7 @@ import time
 
 import httpx
 import pytest
-from api_support import CEO_QUESTION, samples, sse_events, upload, wait_calibrated, wait_done
+from api_support import CEO_QUESTION, ingested_samples, sse_events
 from faults import (GARBAGE, MODES, CohereReranker, FaultServer, OllamaLlm, OpenAILlm, SlackWebhook,
                     closed_port)
 from helpers import serving
@@ -100,13 +100,7 @@ def set_fault(server: FaultServer, variant: str) -> None:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    data = tmp_path_factory.mktemp("upstream") / "data"
-    app = create_app(Settings(embedder="hashing", data_dir=data, reranker="lexical"))
-    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert upload(client, "default", samples()).status_code == 202
-        assert {d["status"] for d in wait_done(client, "default")} == {"ready"}
-        wait_calibrated(client, "default")
-    return data
+    return ingested_samples(tmp_path_factory.mktemp("upstream") / "data", reranker="lexical")
 
 
 @pytest.fixture(scope="module")

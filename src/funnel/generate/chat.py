@@ -1,5 +1,5 @@
-"""The chat protocol every LLM backend implements, the values it exchanges, and the HTTP plumbing the two
-HTTP backends (`ollama`, `openai_compat`) share, so that both convert errors the same way, once.
+"""The chat protocol every LLM backend implements, the values it exchanges, and the base the two HTTP
+backends (`ollama`, `openai_compat`) share over `funnel.http.Upstream`, which converts errors for both.
 
 A backend's `stream` yields text deltas. The HTTP backends return a `ChatStream`: an iterator of those
 deltas whose `reply` holds the whole `ChatReply` (tool calls assembled, token counts, finish reason) once
@@ -10,20 +10,18 @@ the deltas it already yielded.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
-from funnel.deadline import DeadlineExceeded, call_within, iterate_within
-from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
+from funnel.errors import ConfigError, UpstreamError
+from funnel.http import Upstream
 
 STAGE = "llm"
+R = TypeVar("R")
 ROLES = ("system", "user", "assistant", "tool")
-# Failures before a connection exists: the server is down, the name does not resolve, the URL is wrong.
-_UNREACHABLE = (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.ProxyError)
 
 
 @dataclass(frozen=True)
@@ -91,23 +89,32 @@ class ChatModel(Protocol):
     ) -> Iterator[str]: ...
 
 
-class ChatStream(Iterator[str]):
-    """The text deltas of one streamed reply. `reply` is None until the deltas are exhausted, then the
-    whole `ChatReply`. `close()` drops the connection of a stream read only in part."""
+class ReturningStream(Iterator[str], Generic[R]):
+    """The text deltas of a generator that returns a final value: `value` is None until the deltas are
+    exhausted, then what the generator returned. `close()` drops a stream read only in part."""
 
-    def __init__(self, events: Generator[str, None, ChatReply]):
+    def __init__(self, events: Generator[str, None, R]):
         self._events = events
-        self.reply: ChatReply | None = None
+        self.value: R | None = None
 
     def __next__(self) -> str:
         try:
             return next(self._events)
         except StopIteration as stop:
-            self.reply = stop.value
+            self.value = stop.value
             raise
 
     def close(self) -> None:
         self._events.close()
+
+
+class ChatStream(ReturningStream[ChatReply]):
+    """The text deltas of one streamed reply. `reply` is None until the deltas are exhausted, then the
+    whole `ChatReply`. `close()` drops the connection of a stream read only in part."""
+
+    @property
+    def reply(self) -> ChatReply | None:
+        return self.value
 
 
 def parse_arguments(raw: object, where: str) -> dict:
@@ -138,135 +145,96 @@ def optional_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class LlmHttp:
-    """One base URL, one lazily created `httpx.Client` (or the injected one), and every httpx error turned
-    into an `UpstreamError` naming the server, never its credentials."""
+@dataclass(frozen=True)
+class ChatCall:
+    """The arguments of one `chat` or `stream` call, as an HTTP backend builds its request from them."""
 
-    def __init__(
-        self, base_url: str, timeout: float, client: httpx.Client | None, api_key: str | None = None
-    ):
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
-        base = base_url.rstrip("/")
-        if not base.startswith(("http://", "https://")):
-            raise ConfigError(f"the LLM base URL must start with http:// or https://, got {base_url!r}")
-        self.base = base
-        self.shown = without_userinfo(base)
-        self.timeout = timeout
-        self._api_key = api_key
-        self._client = client
-        self._owns_client = client is None
-        self._lock = threading.Lock()
+    messages: Sequence[ChatMessage]
+    tools: Sequence[ToolSpec] = ()
+    json_schema: dict | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    stream: bool = False
 
-    def post(self, path: str, payload: dict) -> object:
-        """The JSON body of a successful POST."""
-        def send() -> httpx.Response:
-            url, headers = self._url(path), self._headers()
-            return self._http().post(url, json=payload, headers=headers, timeout=self.timeout)
 
-        try:
-            # httpx's timeout bounds each read; the deadline bounds the answer (a server trickling it)
-            response = call_within(self.timeout, send)
-        except (httpx.TimeoutException, DeadlineExceeded) as e:
-            raise self.timed_out() from e
-        except _UNREACHABLE as e:
-            raise self.unreachable(e) from e
-        except httpx.HTTPError as e:  # connected, then the exchange broke (reset, truncated body)
-            raise self.error(f"{path} broke off: {type(e).__name__}: {self.redact(str(e))}") from e
-        if not response.is_success:
-            raise self.error(f"{path} answered HTTP {response.status_code}: {self.excerpt(response.text)}")
-        try:
-            return response.json()
-        except (ValueError, RecursionError):  # malformed, not text, or nested too deeply
-            raise self.error(f"{path} answered malformed JSON: {self.excerpt(response.text)}") from None
+def function_tools(tools: Sequence[ToolSpec]) -> list[dict]:
+    """Tools as Ollama and OpenAI both take them: `{"type": "function", "function": {...}}`."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
 
-    def stream_lines(self, path: str, payload: dict) -> Generator[str, None, None]:
-        """The non-blank lines of a streamed POST, as they arrive. Close it to drop the connection early.
-        Each line is due within the timeout of the one before (the first, of the request): a server that
-        trickles bytes is cut off like one that hangs."""
-        try:
-            yield from iterate_within(self.timeout, self._lines(path, payload))
-        except DeadlineExceeded:
-            raise self.timed_out() from None
 
-    def _lines(self, path: str, payload: dict) -> Generator[str, None, None]:
-        connected = False
-        try:
-            with self._http().stream(
-                "POST", self._url(path), json=payload, headers=self._headers(), timeout=self.timeout
-            ) as response:
-                connected = True
-                if not response.is_success:
-                    response.read()
-                    raise self.error(
-                        f"{path} answered HTTP {response.status_code}: {self.excerpt(response.text)}"
-                    )
-                for line in response.iter_lines():
-                    if line.strip():
-                        yield line
-        except httpx.TimeoutException as e:
-            raise self.timed_out() from e
-        except httpx.HTTPError as e:
-            if not connected and isinstance(e, _UNREACHABLE):
-                raise self.unreachable(e) from e
-            raise self.error(
-                f"the stream from {path} broke: {type(e).__name__}: {self.redact(str(e))}"
-            ) from e
+def llm_upstream(
+    base_url: str, timeout: float, client: httpx.Client | None, api_key: str | None = None
+) -> Upstream:
+    """The LLM server at `base_url`, every httpx error turned into an `UpstreamError` naming the server,
+    never its credentials."""
+    if timeout <= 0:
+        raise ConfigError(f"timeout must be positive, got {timeout}")
+    if not base_url.rstrip("/").startswith(("http://", "https://")):
+        raise ConfigError(f"the LLM base URL must start with http:// or https://, got {base_url!r}")
+    return Upstream(STAGE, base_url, timeout, client, api_key)
 
-    def json_line(self, text: str, path: str) -> dict:
-        """One streamed JSON object (an NDJSON line or an SSE data field)."""
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):  # malformed, or nested too deeply
-            raise self.error(f"{path} streamed malformed JSON: {self.excerpt(text)}") from None
-        if not isinstance(value, dict):
-            raise self.error(f"{path} streamed {type(value).__name__}, not an object: {self.excerpt(text)}")
-        return value
+
+class HttpChatModel:
+    """What the HTTP backends (`ollama`, `openai_compat`) share: one request, one reply. A backend says how
+    to build the request (`_request`), read a whole reply (`_reply`) and read a streamed one (`_events`)."""
+
+    model: str
+    _http: Upstream
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"{type(self).__name__}(base_url={self._http.shown!r}, model={self.model!r})"
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        json_schema: dict | None = None,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+    ) -> ChatReply:
+        path, payload = self._request(ChatCall(messages, tools, json_schema, max_tokens, temperature))
+        body = self._http.post(path, payload)
+        if not isinstance(body, dict):
+            raise self._http.error(f"{path} answered {type(body).__name__}, expected an object")
+        return self._reply(body, path)
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        tools: Sequence[ToolSpec] = (),
+    ) -> ChatStream:
+        """Text deltas; `tools` (an extension of the protocol) lets the reply carry tool calls too, assembled
+        into `ChatStream.reply.tool_calls`."""
+        path, payload = self._request(ChatCall(messages, tools, None, max_tokens, temperature, stream=True))
+        return ChatStream(self._events(path, payload))
 
     def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
+        self._http.close()
 
-    # --- messages ------------------------------------------------------------------------------------
+    def _request(self, call: ChatCall) -> tuple[str, dict]:
+        """The path and JSON body of one call."""
+        raise NotImplementedError
 
-    def error(self, problem: str) -> UpstreamError:
-        return UpstreamError(STAGE, f"{self.shown} {problem}")
+    def _reply(self, body: dict, path: str) -> ChatReply:
+        raise NotImplementedError
 
-    def timed_out(self) -> UpstreamTimeout:
-        return UpstreamTimeout(STAGE, f"{self.shown} after {self.timeout:g}s")
+    def _events(self, path: str, payload: dict) -> Generator[str, None, ChatReply]:
+        raise NotImplementedError
 
-    def unreachable(self, e: Exception) -> UpstreamError:
-        return UpstreamError(STAGE, f"cannot reach {self.shown}: {type(e).__name__}: {self.redact(str(e))}")
-
-    def excerpt(self, text: str) -> str:
-        return body_excerpt(self.redact(text))
-
-    def redact(self, text: str) -> str:
-        """A server (or a proxy) may echo the request headers back: the key never reaches a message."""
-        return text.replace(self._api_key, "***") if self._api_key else text
-
-    # --- plumbing ------------------------------------------------------------------------------------
-
-    def _url(self, path: str) -> str:
-        # user:password in the URL becomes Basic auth (a proxy in front of the server); a key replaces it.
-        return (self.shown if self._api_key else self.base) + path
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = httpx.Client()
-        return self._client
-
-
-def without_userinfo(url: str) -> str:
-    """`https://user:secret@host/x` -> `https://host/x`: URLs go into messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    def _function_name(self, item: object, what: str) -> str:
+        """The function name of one tool call (Ollama's and OpenAI's share this shape)."""
+        function = item.get("function") if isinstance(item, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise self._http.error(f"{what} has no function name")
+        return name

@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from funnel.errors import BackendUnavailable, UpstreamError
 from funnel.generate.base import Generator as AnswerGenerator
-from funnel.generate.chat import ChatMessage, ChatModel
+from funnel.generate.chat import ChatMessage, ChatModel, ReturningStream
 from funnel.generate.extractive import NOT_FOUND
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
@@ -61,22 +61,12 @@ def header(number: int, chunk: Chunk) -> str:
     return f"[{number}] {chunk.context_line} ({chunk.location})"
 
 
-class AnswerStream(Iterator[str]):
+class AnswerStream(ReturningStream[Answer]):
     """The text deltas of an answer. `answer` is None until the deltas are exhausted, then the `Answer`."""
 
-    def __init__(self, events: Generator[str, None, Answer]):
-        self._events = events
-        self.answer: Answer | None = None
-
-    def __next__(self) -> str:
-        try:
-            return next(self._events)
-        except StopIteration as stop:
-            self.answer = stop.value
-            raise
-
-    def close(self) -> None:
-        self._events.close()
+    @property
+    def answer(self) -> Answer | None:
+        return self.value
 
 
 class AnswerInterrupted(UpstreamError):

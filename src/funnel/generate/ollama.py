@@ -19,12 +19,13 @@ import httpx
 
 from funnel.errors import ConfigError
 from funnel.generate.chat import (
+    ChatCall,
     ChatMessage,
     ChatReply,
-    ChatStream,
-    LlmHttp,
+    HttpChatModel,
     ToolCall,
-    ToolSpec,
+    function_tools,
+    llm_upstream,
     optional_int,
     parse_arguments,
 )
@@ -32,7 +33,7 @@ from funnel.generate.chat import (
 PATH = "/api/chat"
 
 
-class OllamaChat:
+class OllamaChat(HttpChatModel):
     """A model served by Ollama. Cheap to build: nothing is sent before the first `chat` or `stream`."""
 
     def __init__(
@@ -47,123 +48,75 @@ class OllamaChat:
             raise ConfigError("OllamaChat needs a model name, e.g. model='llama3.2'")
         self.model = model
         self.name = f"ollama:{model}"
-        self._http = LlmHttp(base_url, timeout, client)
+        self._http = llm_upstream(base_url, timeout, client)
 
-    def __repr__(self) -> str:
-        return f"OllamaChat(base_url={self._http.shown!r}, model={self.model!r})"
+    # --- one request ---------------------------------------------------------------------------------
 
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        json_schema: dict | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> ChatReply:
-        payload = self._payload(messages, tools, json_schema, max_tokens, temperature, stream=False)
-        body = self._http.post(PATH, payload)
-        if not isinstance(body, dict):
-            raise self._http.error(f"{PATH} answered {type(body).__name__}, expected an object")
+    def _request(self, call: ChatCall) -> tuple[str, dict]:
+        options: dict = {"temperature": call.temperature}
+        if call.max_tokens is not None:
+            options["num_predict"] = call.max_tokens
+        payload: dict = {
+            "model": self.model,
+            "messages": _messages(call.messages),
+            "stream": call.stream,
+            "options": options,
+        }
+        if call.tools:
+            payload["tools"] = function_tools(call.tools)
+        if call.json_schema is not None:
+            payload["format"] = call.json_schema
+        return PATH, payload
+
+    def _reply(self, body: dict, path: str) -> ChatReply:
         if "error" in body:
-            raise self._http.error(f"{PATH} reported an error: {self._http.excerpt(str(body['error']))}")
+            raise self._http.error(f"{path} reported an error: {self._http.excerpt(str(body['error']))}")
         message = body.get("message")
         if not isinstance(message, dict):
-            raise self._http.error(f"{PATH} answer has no message: {self._http.excerpt(str(body))}")
+            raise self._http.error(f"{path} answer has no message: {self._http.excerpt(str(body))}")
         content = message.get("content") or ""
         if not isinstance(content, str):
-            raise self._http.error(f"{PATH} message content is {type(content).__name__}, not text")
+            raise self._http.error(f"{path} message content is {type(content).__name__}, not text")
+        return self._finished(body, content, self._tool_calls(message.get("tool_calls"), 0))
+
+    def _finished(self, body: dict, content: str, calls: tuple[ToolCall, ...]) -> ChatReply:
         return ChatReply(
             content=content,
-            tool_calls=self._tool_calls(message.get("tool_calls"), 0),
+            tool_calls=calls,
             model=str(body.get("model") or self.model),
             prompt_tokens=optional_int(body.get("prompt_eval_count")),
             completion_tokens=optional_int(body.get("eval_count")),
             finish_reason=body.get("done_reason"),
         )
 
-    def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        tools: Sequence[ToolSpec] = (),
-    ) -> ChatStream:
-        """Text deltas; `tools` (an extension of the protocol) lets the reply carry tool calls too."""
-        payload = self._payload(messages, tools, None, max_tokens, temperature, stream=True)
-        return ChatStream(self._events(payload))
-
-    def close(self) -> None:
-        self._http.close()
-
-    # --- one request ---------------------------------------------------------------------------------
-
-    def _payload(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        json_schema: dict | None,
-        max_tokens: int | None,
-        temperature: float,
-        stream: bool,
-    ) -> dict:
-        options: dict = {"temperature": temperature}
-        if max_tokens is not None:
-            options["num_predict"] = max_tokens
-        payload: dict = {
-            "model": self.model,
-            "messages": _messages(messages),
-            "stream": stream,
-            "options": options,
-        }
-        if tools:
-            payload["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-                }
-                for t in tools
-            ]
-        if json_schema is not None:
-            payload["format"] = json_schema
-        return payload
-
-    def _events(self, payload: dict) -> Generator[str, None, ChatReply]:
+    def _events(self, path: str, payload: dict) -> Generator[str, None, ChatReply]:
         parts: list[str] = []
         calls: list[ToolCall] = []
-        lines = self._http.stream_lines(PATH, payload)
+        lines = self._http.stream_lines(path, payload)
         try:
             for line in lines:
-                chunk = self._http.json_line(line, PATH)
+                chunk = self._http.json_line(line, path)
                 if "error" in chunk:
                     raise self._http.error(
-                        f"{PATH} stream reported an error: {self._http.excerpt(str(chunk['error']))}"
+                        f"{path} stream reported an error: {self._http.excerpt(str(chunk['error']))}"
                     )
                 message = chunk.get("message") or {}
                 if not isinstance(message, dict):
-                    raise self._http.error(f"{PATH} streamed a message of type {type(message).__name__}")
+                    raise self._http.error(f"{path} streamed a message of type {type(message).__name__}")
                 delta = message.get("content") or ""
                 if not isinstance(delta, str):
                     raise self._http.error(
-                        f"{PATH} streamed content of type {type(delta).__name__}, not text"
+                        f"{path} streamed content of type {type(delta).__name__}, not text"
                     )
                 if delta:
                     parts.append(delta)
                     yield delta
                 calls.extend(self._tool_calls(message.get("tool_calls"), len(calls)))
                 if chunk.get("done") is True:
-                    return ChatReply(
-                        content="".join(parts),
-                        tool_calls=tuple(calls),
-                        model=str(chunk.get("model") or self.model),
-                        prompt_tokens=optional_int(chunk.get("prompt_eval_count")),
-                        completion_tokens=optional_int(chunk.get("eval_count")),
-                        finish_reason=chunk.get("done_reason"),
-                    )
+                    return self._finished(chunk, "".join(parts), tuple(calls))
         finally:
             lines.close()
-        raise self._http.error(f"{PATH} stream ended before a line with done: true")
+        raise self._http.error(f"{path} stream ended before a line with done: true")
 
     def _tool_calls(self, raw: object, first: int) -> tuple[ToolCall, ...]:
         if not raw:
@@ -173,17 +126,10 @@ class OllamaChat:
         calls = []
         for position, item in enumerate(raw, start=first):
             where = f"{self._http.shown} tool call {position}"
-            function = item.get("function") if isinstance(item, dict) else None
-            if (
-                not isinstance(function, dict)
-                or not isinstance(function.get("name"), str)
-                or not function["name"]
-            ):
-                raise self._http.error(f"{PATH} tool call {position} has no function name")
+            name = self._function_name(item, f"{PATH} tool call {position}")
             call_id = item.get("id") or f"call_{position}"
-            calls.append(
-                ToolCall(str(call_id), function["name"], parse_arguments(function.get("arguments"), where))
-            )
+            arguments = parse_arguments(item["function"].get("arguments"), where)
+            calls.append(ToolCall(str(call_id), name, arguments))
         return tuple(calls)
 
 

@@ -29,12 +29,13 @@ import httpx
 
 from funnel.errors import ConfigError
 from funnel.generate.chat import (
+    ChatCall,
     ChatMessage,
     ChatReply,
-    ChatStream,
-    LlmHttp,
+    HttpChatModel,
     ToolCall,
-    ToolSpec,
+    function_tools,
+    llm_upstream,
     optional_int,
     parse_arguments,
 )
@@ -44,7 +45,7 @@ COMPLETIONS_PATH = "/completions"
 _TURN_STOP = "\nUser:"
 
 
-class OpenAIChat:
+class OpenAIChat(HttpChatModel):
     """A model behind an OpenAI-compatible API. Cheap to build: nothing is sent before the first call.
 
     `base_url` includes the version prefix (`.../v1`). `api_key` goes out as `Authorization: Bearer` and
@@ -70,24 +71,38 @@ class OpenAIChat:
         self.name = f"openai:{model}"
         self.completion_prompt = completion_prompt
         self.stop = tuple(stop)
-        self._http = LlmHttp(base_url, timeout, client, api_key)
+        self._http = llm_upstream(base_url, timeout, client, api_key)
 
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIChat(base_url={self._http.shown!r}, model={self.model!r})"
+    # --- one request ---------------------------------------------------------------------------------
 
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        json_schema: dict | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> ChatReply:
-        path, payload = self._request(messages, tools, json_schema, max_tokens, temperature, stream=False)
-        body = self._http.post(path, payload)
-        if not isinstance(body, dict):
-            raise self._http.error(f"{path} answered {type(body).__name__}, expected an object")
+    def _request(self, call: ChatCall) -> tuple[str, dict]:
+        payload: dict = {"model": self.model, "temperature": call.temperature, "stream": call.stream}
+        if call.max_tokens is not None:
+            payload["max_tokens"] = call.max_tokens
+        if self.completion_prompt:
+            if call.tools or call.json_schema is not None:
+                raise ConfigError(
+                    f"{self.name} runs with completion_prompt=True (a base model, no chat template): "
+                    "tool calls and JSON schemas need a chat model"
+                )
+            payload["prompt"] = render_prompt(call.messages)
+            payload["stop"] = list(self.stop) + ([_TURN_STOP] if _TURN_STOP not in self.stop else [])
+            return COMPLETIONS_PATH, payload
+        payload["messages"] = _messages(call.messages)
+        if self.stop:
+            payload["stop"] = list(self.stop)
+        if call.tools:
+            payload["tools"] = function_tools(call.tools)
+        if call.json_schema is not None:
+            name = str(call.json_schema.get("title") or "response")
+            safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": safe, "schema": call.json_schema},
+            }
+        return CHAT_PATH, payload
+
+    def _reply(self, body: dict, path: str) -> ChatReply:
         choice = self._choice(body, path)
         if choice is None:
             raise self._http.error(f"{path} answer has no choices: {self._http.excerpt(json.dumps(body))}")
@@ -111,65 +126,6 @@ class OpenAIChat:
             completion_tokens=optional_int(usage.get("completion_tokens")),
             finish_reason=choice.get("finish_reason"),
         )
-
-    def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        tools: Sequence[ToolSpec] = (),
-    ) -> ChatStream:
-        """Text deltas; `tools` (an extension of the protocol) lets the reply carry tool calls, assembled
-        from their streamed pieces into `ChatStream.reply.tool_calls`."""
-        path, payload = self._request(messages, tools, None, max_tokens, temperature, stream=True)
-        return ChatStream(self._events(path, payload))
-
-    def close(self) -> None:
-        self._http.close()
-
-    # --- one request ---------------------------------------------------------------------------------
-
-    def _request(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        json_schema: dict | None,
-        max_tokens: int | None,
-        temperature: float,
-        stream: bool,
-    ) -> tuple[str, dict]:
-        payload: dict = {"model": self.model, "temperature": temperature, "stream": stream}
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
-        if self.completion_prompt:
-            if tools or json_schema is not None:
-                raise ConfigError(
-                    f"{self.name} runs with completion_prompt=True (a base model, no chat template): "
-                    "tool calls and JSON schemas need a chat model"
-                )
-            payload["prompt"] = render_prompt(messages)
-            payload["stop"] = list(self.stop) + ([_TURN_STOP] if _TURN_STOP not in self.stop else [])
-            return COMPLETIONS_PATH, payload
-        payload["messages"] = _messages(messages)
-        if self.stop:
-            payload["stop"] = list(self.stop)
-        if tools:
-            payload["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-                }
-                for t in tools
-            ]
-        if json_schema is not None:
-            name = str(json_schema.get("title") or "response")
-            safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": safe, "schema": json_schema},
-            }
-        return CHAT_PATH, payload
 
     def _events(self, path: str, payload: dict) -> Generator[str, None, ChatReply]:
         parts: list[str] = []
@@ -242,18 +198,10 @@ class OpenAIChat:
             raise self._http.error(f"tool_calls is {type(raw).__name__}, not a list")
         calls = []
         for position, item in enumerate(raw):
-            function = item.get("function") if isinstance(item, dict) else None
-            if (
-                not isinstance(function, dict)
-                or not isinstance(function.get("name"), str)
-                or not function["name"]
-            ):
-                raise self._http.error(f"tool call {position} has no function name")
-            where = f"{self._http.shown} tool call {position} ({function['name']})"
+            name = self._function_name(item, f"tool call {position}")
+            where = f"{self._http.shown} tool call {position} ({name})"
             call_id = str(item.get("id") or f"call_{position}")
-            calls.append(
-                ToolCall(call_id, function["name"], parse_arguments(function.get("arguments"), where))
-            )
+            calls.append(ToolCall(call_id, name, parse_arguments(item["function"].get("arguments"), where)))
         return tuple(calls)
 
     def _merge(self, pieces: dict[int, dict], deltas: object, path: str) -> None:

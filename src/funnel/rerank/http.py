@@ -18,15 +18,14 @@ monotonic, so the ranking is the API's either way; only the scale changes.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from enum import Enum
 
 import httpx
 
 from funnel.config import parse_enum
-from funnel.deadline import DeadlineExceeded, call_within
-from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
+from funnel.errors import ConfigError, UpstreamError
+from funnel.http import Upstream, without_userinfo
 from funnel.types import Candidate, RerankResult
 
 STAGE = "rerank"
@@ -87,15 +86,11 @@ class HttpReranker:
         self.model = model
         self.timeout_s = timeout_s
         self.max_documents = max_documents
-        self._api_key = api_key
-        self._client = client
-        self._owns_client = client is None
-        self._lock = threading.Lock()
-        self._shown_url = _without_userinfo(self.url)
-        self.name = f"{self.api.value}:{_without_userinfo(base)}"
+        self._http = Upstream(STAGE, self.url, timeout_s, client, api_key)
+        self.name = f"{self.api.value}:{without_userinfo(base)}"
 
     def __repr__(self) -> str:  # never shows the key
-        return f"HttpReranker(api={self.api.value!r}, url={self._shown_url!r}, model={self.model!r})"
+        return f"HttpReranker(api={self.api.value!r}, url={self._http.shown!r}, model={self.model!r})"
 
     def rerank(self, query: str, candidates: list[Candidate]) -> RerankResult:
         texts = [c.chunk.text for c in candidates]
@@ -110,19 +105,12 @@ class HttpReranker:
 
     def close(self) -> None:
         """Closes the client this reranker created (an injected client belongs to the caller)."""
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
+        self._http.close()
 
     # --- one request ---------------------------------------------------------------------------------
 
     def _scores(self, query: str, documents: list[str]) -> list[float]:
-        response = self._post(self._payload(query, documents))
-        try:
-            body = response.json()
-        except (ValueError, RecursionError):  # malformed, not text, or nested too deeply
-            raise self._error(f"answered malformed JSON: {self._excerpt(response)}") from None
-        return self._parse(body, len(documents))
+        return self._parse(self._http.post("", self._payload(query, documents)), len(documents))
 
     def _payload(self, query: str, documents: list[str]) -> dict:
         if self.api is RerankApi.TEI:
@@ -135,31 +123,6 @@ class HttpReranker:
         if self.api in (RerankApi.COHERE, RerankApi.INFINITY):
             payload["top_n"] = len(documents)  # every document back, not the API's default top few
         return payload
-
-    def _post(self, payload: dict) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        # user:password in the URL becomes Basic auth (a proxy in front of the API); a key replaces it.
-        url = self._shown_url if self._api_key else self.url
-        def send() -> httpx.Response:
-            return self._http().post(url, json=payload, headers=headers, timeout=self.timeout_s)
-
-        try:
-            # httpx's timeout bounds each read; the deadline bounds the answer (a server trickling it)
-            response = call_within(self.timeout_s, send)
-        except (httpx.TimeoutException, DeadlineExceeded) as e:
-            raise UpstreamTimeout(STAGE, f"{self._shown_url} after {self.timeout_s:g}s") from e
-        except httpx.HTTPError as e:  # connection refused, reset, DNS, protocol errors
-            raise self._error(f"cannot reach it: {type(e).__name__}: {self._redact(str(e))}") from e
-        if not response.is_success:
-            raise self._error(f"answered HTTP {response.status_code}: {self._excerpt(response)}")
-        return response
-
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = httpx.Client()
-        return self._client
 
     # --- the answer ----------------------------------------------------------------------------------
 
@@ -200,7 +163,7 @@ class HttpReranker:
                 if not isinstance(items, list):
                     raise self._error(f"{key!r} is {type(items).__name__}, not a list")
                 return items
-        raise self._error(f"answer has no {wanted}: {body_excerpt(self._redact(str(body)))}")
+        raise self._error(f"answer has no {wanted}: {self._http.excerpt(str(body))}")
 
     def _score(self, item: dict, position: int) -> float:
         key = self._shape.score_key
@@ -214,17 +177,8 @@ class HttpReranker:
             raise self._error(f"result {position} has a non-finite {key} {score}")
         return score
 
-    # --- messages ------------------------------------------------------------------------------------
-
     def _error(self, problem: str) -> UpstreamError:
-        return UpstreamError(STAGE, f"{self._shown_url} {problem}")
-
-    def _excerpt(self, response: httpx.Response) -> str:
-        return body_excerpt(self._redact(response.text))
-
-    def _redact(self, text: str) -> str:
-        """A server (or a proxy) may echo the request headers back: the key never reaches a message."""
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return self._http.error(problem)
 
 
 def _sigmoid(x: float) -> float:
@@ -232,12 +186,3 @@ def _sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)  # no overflow for very negative logits
     return z / (1.0 + z)
-
-
-def _without_userinfo(url: str) -> str:
-    """`https://user:secret@host/x` -> `https://host/x`: URLs go into messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"

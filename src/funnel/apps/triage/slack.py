@@ -19,33 +19,25 @@ line or a `Delivery.detail`.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 import httpx
 
-from funnel.apps.triage.redact import redact, redact_obj
+from funnel.apps.triage.redact import redact
 from funnel.apps.triage.schema import TriageResult
-from funnel.deadline import DeadlineExceeded, call_within
-from funnel.errors import ConfigError, body_excerpt
+from funnel.apps.triage.slack_message import blocks_for, cut, duration
+from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
+from funnel.http import Retry, Upstream
+from funnel.http import retry_after as _retry_after  # noqa: F401 (the reliability fuzz reads it from here)
 
 log = logging.getLogger(__name__)
 
-HEADER_CHARS = 150  # Slack's limit for a header block
-SECTION_CHARS = 3000  # Slack's limit for a section's (and a context element's) text
-MAX_BLOCKS = 50  # Slack's limit for a message
-TOP_FILES = 5
 RETRY_AFTER_CAP_S = 30.0
-LLM_UNAVAILABLE = "LLM unavailable — ranked files only"
-_MESSAGE_CHARS = 1000
-_BULLET_CHARS = 400
 _DETAIL_CHARS = 300
 _MAX_FINGERPRINTS = 10_000  # de-duplication state kept in memory at most (oldest dropped first)
 
@@ -122,7 +114,6 @@ class SlackNotifier:
             raise ConfigError(f"rate_per_minute must be at least 1, got {rate_per_minute}")
         if dedupe_window_s < 0:
             raise ConfigError(f"dedupe_window_s must be 0 or more, got {dedupe_window_s}")
-        self._url = webhook_url
         self._secret_parts = _secret_parts(webhook_url)
         _LOG_SCRUBBER.watch(self._secret_parts)
         self.timeout = float(timeout)
@@ -132,8 +123,8 @@ class SlackNotifier:
         self.dedupe_window_s = float(dedupe_window_s)
         self._clock = clock
         self._sleep = sleep
-        self._client = client
-        self._owns_client = client is None
+        self._retry = Retry(max_retries, self.backoff, RETRY_AFTER_CAP_S)
+        self._upstream = Upstream("slack", webhook_url, self.timeout, client)
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
         self._sent_at: deque[float] = deque()
@@ -146,9 +137,7 @@ class SlackNotifier:
 
     def close(self) -> None:
         """Closes the client this notifier created (an injected client belongs to the caller)."""
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
+        self._upstream.close()
 
     # --- the one verb ----------------------------------------------------------------------------------
 
@@ -190,40 +179,7 @@ class SlackNotifier:
         `count` occurrences are reported, over the last `span_s` seconds (the de-duplication window when
         not given).
         """
-        top = sorted(result.files, key=lambda f: f.rank)[:TOP_FILES]
-        # only what the message shows is redacted (excerpts can be long and are not shown)
-        r = redact_obj(
-            result.model_copy(update={"files": [f.model_copy(update={"excerpt": ""}) for f in top]})
-        )
-        title = f"{r.exception_type or 'Error'} in {r.service}"
-        blocks: list[dict] = [
-            {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_CHARS)}}
-        ]
-        if r.message:
-            blocks.append(_section(f"*Error*\n{_fit(_escape(r.message), _MESSAGE_CHARS)}"))
-        if r.analysis is not None:
-            text = (
-                f"*Summary*\n{_escape(r.analysis.summary)}\n\n*Root cause*\n{_escape(r.analysis.root_cause)}"
-            )
-            blocks.append(_section(text))
-        else:
-            reason = f"\n_{_escape(r.analysis_reason)}_" if r.analysis_reason else ""
-            blocks.append(_section(f"*{LLM_UNAVAILABLE}*{reason}"))
-        files = _file_lines(r)
-        if files:
-            title_files = "Suspected files" if r.analysis and r.analysis.suspected_files else "Ranked files"
-            blocks.append(_section(f"*{title_files}*\n" + "\n".join(files)))
-        if r.analysis is not None and r.analysis.fix_suggestion:
-            blocks.append(_section(f"*Suggested fix*\n{_escape(r.analysis.fix_suggestion)}"))
-        status = f"analysis: {r.analysis_status.value}"
-        if r.analysis is not None:
-            status = f"confidence: {r.analysis.confidence:.2f} · {status}"
-        blocks.append(_context(status))
-        seen = _occurrences(count, span_s, self.dedupe_window_s)
-        blocks.append(_context(f"fingerprint `{_escape(r.fingerprint)}` · {seen}"))
-        summary = r.analysis.summary if r.analysis is not None else r.message
-        fallback = _fit(_escape(f"{title}: {summary}" if summary else title), SECTION_CHARS)
-        return redact_obj({"text": fallback, "blocks": blocks[:MAX_BLOCKS]})
+        return blocks_for(result, count, span_s, self.dedupe_window_s)
 
     # --- guards: de-duplication and rate limit (called under the lock) ---------------------------------
 
@@ -237,7 +193,7 @@ class SlackNotifier:
         seen.unreported += 1
         if seen.window_start is not None and now - seen.window_start < self.dedupe_window_s:
             seen.in_window += 1
-            ago = _duration(now - seen.window_start)
+            ago = duration(now - seen.window_start)
             detail = f"already sent within the last {ago}; {seen.in_window} occurrences in this window"
             return Delivery(DeliveryStatus.DEDUPLICATED, 0, detail, seen.in_window)
         if not self._take_slot(now):
@@ -291,44 +247,31 @@ class SlackNotifier:
     def _post(self, payload: dict) -> tuple[bool, int, str]:
         attempts, detail = 0, ""
         for attempt in range(1, self.max_retries + 2):
-            attempts = attempt
-            delay = self._backoff(attempt)
+            attempts, response = attempt, None
             try:
-                # httpx's timeout bounds each read; the deadline bounds the attempt (a reply trickling in)
-                response = call_within(self.timeout, lambda: self._http().post(self._url, json=payload,
-                                                                                timeout=self.timeout))
-            except (httpx.TimeoutException, DeadlineExceeded):
+                response = self._upstream.send("", payload)
+            except UpstreamTimeout:
                 detail = f"Slack did not answer within {self.timeout:g}s"
-            except (httpx.HTTPError, httpx.InvalidURL, OSError) as e:
-                detail = f"cannot reach Slack: {type(e).__name__}: {self._scrub(str(e))}"
+            except UpstreamError as e:  # what httpx said, without the URL: the webhook is the secret
+                cause = e.__cause__
+                detail = f"cannot reach Slack: {type(cause).__name__}: {self._scrub(str(cause))}"
             else:
                 if response.is_success:
                     return True, attempt, "delivered" if attempt == 1 else f"delivered on attempt {attempt}"
                 detail = f"Slack answered HTTP {response.status_code}: {self._scrub(_body(response))}"
-                if response.status_code == 429:
-                    delay = _retry_after(response.headers.get("retry-after"), delay)
-                elif response.status_code < 500:
+                if not self._retry.retryable(response.status_code):
                     return False, attempt, detail  # 400 invalid_payload, 403 invalid_token, 404, 410: final
             if attempt <= self.max_retries:
+                delay = self._retry.delay(attempt, response)
                 log.info("slack: attempt %d failed (%s); retrying in %.2fs", attempt, detail, delay)
                 self._sleep(delay)
         return False, attempts, f"{detail} (gave up after {attempts} attempts)"
-
-    def _backoff(self, attempt: int) -> float:
-        return min(self.backoff * 2 ** (attempt - 1), RETRY_AFTER_CAP_S)
-
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = httpx.Client(timeout=self.timeout)
-        return self._client
 
     def _scrub(self, text: str) -> str:
         """One line, without the webhook URL or any part of it that carries the secret, redacted, cut."""
         for part in self._secret_parts:
             text = text.replace(part, "[webhook]")
-        return _cut(redact(" ".join(text.split())), _DETAIL_CHARS)
+        return cut(redact(" ".join(text.split())), _DETAIL_CHARS)
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -394,90 +337,3 @@ def _secret_parts(url: str) -> list[str]:
 
 def _body(response: httpx.Response) -> str:
     return body_excerpt(response.text, _DETAIL_CHARS)  # a proxy's HTML page as its text; errors="replace"
-
-
-def _retry_after(value: str | None, default: float) -> float:
-    """Seconds from a `Retry-After` header (seconds or an HTTP date), within 0..30; `default` without one."""
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
-        except (TypeError, ValueError):
-            return default
-    if math.isnan(seconds):
-        return default
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
-
-
-def _escape(text: str) -> str:
-    """Slack mrkdwn's three control characters; anything else is shown as written."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _fit(escaped: str, limit: int) -> str:
-    """`_cut` for escaped text: never ends in half an entity (`&am`)."""
-    if len(escaped) <= limit:
-        return escaped
-    cut = escaped[: limit - 1]
-    amp = cut.rfind("&", max(0, len(cut) - 5))
-    if amp != -1 and ";" not in cut[amp:]:
-        cut = cut[:amp]
-    return cut + "…"
-
-
-def _section(text: str) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _fit(text, SECTION_CHARS)}}
-
-
-def _context(text: str) -> dict:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _fit(text, SECTION_CHARS)}]}
-
-
-def _lines(start: int | None, end: int | None) -> str:
-    if start is None:
-        return ""
-    return f":{start}" if end is None or end == start else f":{start}-{end}"
-
-
-def _code(text: str) -> str:
-    return "`" + _escape(text.replace("`", "'")) + "`"
-
-
-def _file_lines(r: TriageResult) -> list[str]:
-    if r.analysis is not None and r.analysis.suspected_files:
-        rows = [(f.path + _lines(f.line_start, f.line_end), f.reason) for f in r.analysis.suspected_files]
-    else:
-        rows = []
-        for f in sorted(r.files, key=lambda f: f.rank):
-            why = ", ".join(f.signals)
-            if f.frames:
-                why += ("; " if why else "") + "frames " + ", ".join(f.frames[:3])
-            rows.append((f.path + _lines(f.line_start, f.line_end), why))
-    return [
-        _fit(f"• {_code(where)}" + (f" — {_escape(why)}" if why else ""), _BULLET_CHARS)
-        for where, why in rows[:TOP_FILES]
-    ]
-
-
-def _duration(seconds: float) -> str:
-    """'minute', '20 minutes', 'hour', '3 hours': a span rounded up, for 'in the last ...'."""
-    minutes = max(1, math.ceil(seconds / 60 - 1e-9))
-    if minutes == 1:
-        return "minute"
-    if minutes % 60 == 0 or minutes > 120:
-        hours = math.ceil(minutes / 60)
-        return "hour" if hours == 1 else f"{hours} hours"
-    return f"{minutes} minutes"
-
-
-def _occurrences(count: int, span_s: float | None, window_s: float) -> str:
-    if count <= 1:
-        return f"first occurrence in the last {_duration(window_s)}" if window_s > 0 else "first occurrence"
-    return f"seen {count} times in the last {_duration(span_s if span_s is not None else window_s)}"
