@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,6 +25,14 @@ def run(*args: str | Path, cwd: Path, timeout: float = 600) -> str:
     done = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{args}: {done.stderr[-3000:]}"
     return done.stdout
+
+
+@pytest.fixture
+def own_tmp():
+    """A folder of this test's own: pytest prunes old basetemp folders, and another pytest run on the machine
+    could remove a venv under tmp_path while it is being used."""
+    with tempfile.TemporaryDirectory(prefix="funnel-packaging-") as folder:
+        yield Path(folder)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +57,8 @@ def test_the_wheel_carries_the_model_the_page_and_the_types(wheel):
     assert f"Version: {funnel.__version__}" in metadata
 
 
-def test_pip_install_into_a_clean_venv_and_search(wheel, tmp_path):
+def test_pip_install_into_a_clean_venv_and_search(wheel, own_tmp):
+    tmp_path = own_tmp
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     pip = [venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
