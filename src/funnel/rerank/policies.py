@@ -22,9 +22,8 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from enum import Enum
 
-from funnel.config import parse_enum
+from funnel.config import Choice
 from funnel.errors import ConfigError
 from funnel.deadline import DeadlineExceeded, call_within
 from funnel.rerank.base import Reranker
@@ -34,16 +33,12 @@ from funnel.types import Candidate, Hit, RerankResult, RerankStatus
 log = logging.getLogger(__name__)
 
 
-class RerankPolicy(str, Enum):
+class RerankPolicy(Choice):
     NONE = "none"
     REPLACE = "replace"
     GUARANTEED_SLOTS = "guaranteed_slots"
     RRF = "rrf"
     AUTO = "auto"
-
-    @classmethod
-    def parse(cls, value: str | RerankPolicy) -> RerankPolicy:
-        return parse_enum(cls, value, "rerank policy")
 
 
 @dataclass(frozen=True)
@@ -76,8 +71,7 @@ class GuaranteedSlots:
     kind = RerankPolicy.GUARANTEED_SLOTS
 
     def __post_init__(self):
-        if self.g < 0:
-            raise ConfigError(f"guaranteed slots must be 0 or more, got {self.g}")
+        _not_negative("guaranteed slots", self.g)
 
     def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
         kept = _first_stage_top_documents(candidates, self.g)
@@ -95,12 +89,16 @@ class Rrf:
     kind = RerankPolicy.RRF
 
     def __post_init__(self):
-        if self.weight < 0:
-            raise ConfigError(f"the reranker weight must be 0 or more, got {self.weight}")
+        _not_negative("the reranker weight", self.weight)
 
     def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
         fused = rrf([list(range(len(candidates))), _by_score(scores)], k=self.k, weights=[1.0, self.weight])
         return _hits(candidates, scores, [i for i, _ in fused], dict(fused))
+
+
+def _not_negative(what: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{what} must be 0 or more, got {value}")
 
 
 Policy = FirstStageOnly | Replace | GuaranteedSlots | Rrf
