@@ -240,3 +240,33 @@ def test_a_file_emptied_on_purpose_leaves_the_index_but_a_corrupt_one_keeps_its_
     assert not any(d.endswith("gears.txt") for d in stored) and report.removed == 1
     assert any(d.endswith("report.pdf") for d in stored)
     assert p.search("Zentara Robotics CEO").documents[0].path.endswith("report.pdf")
+
+
+def test_search_is_its_three_steps_over_one_request(tmp_path, corpus):
+    from funnel.rerank.policies import RerankPolicy
+    from helpers import ScriptedReranker
+
+    p = make(tmp_path, policy=RerankPolicy.GUARANTEED_SLOTS, guaranteed=1)
+    p.ingest([corpus])
+    p.reranker = ScriptedReranker({})
+    searched = p.search("who is the CEO of Acme?", k=2)
+    request = p.plan("who is the CEO of Acme?", k=2)
+    assert (request.k, request.candidates, request.policy.label) == (2, 25, "guaranteed_slots")
+    second = p.second_stage(request, p.first_stage(request))
+    documents = p.group(request, second.hits)
+    assert [h.chunk.chunk_id for h in second.hits] == [h.chunk.chunk_id for h in searched.hits]
+    assert [(d.doc_id, d.score) for d in documents] == [(d.doc_id, d.score) for d in searched.documents]
+    assert second.status is searched.rerank_status
+
+
+def test_ask_leaves_the_search_result_frozen_and_reports_the_generation_time(tmp_path, corpus, monkeypatch):
+    import funnel.pipeline as pipeline_module
+
+    p = make(tmp_path)
+    p.ingest([corpus])
+    seen = []
+    original = pipeline_module.with_continuations
+    monkeypatch.setattr(pipeline_module, "with_continuations", lambda r, s: seen.append(original(r, s)) or seen[-1])
+    answer = p.ask("who is the CEO of Acme?")
+    assert "generate" not in seen[0].timings_ms  # the result the answer was made from is not changed
+    assert set(answer.search.timings_ms) == {"first_stage", "rerank", "group", "generate"}

@@ -149,3 +149,57 @@ def test_weighted_rrf_matches_the_closed_form():
     assert [h.chunk.doc_id for h in unweighted] == ["a", "b", "c", "d", "e"]  # weight 0: the first-stage order
     with pytest.raises(ValueError, match="auto policy is resolved"):
         apply_policy(RerankPolicy.AUTO, cands, scores)
+
+
+def test_a_policy_object_carries_its_parameters_and_a_name_parses_into_one():
+    from dataclasses import replace
+
+    from funnel.rerank.policies import FirstStageOnly, GuaranteedSlots, Replace, Rrf, policy_of
+
+    assert policy_of("guaranteed_slots") == GuaranteedSlots() and GuaranteedSlots().g == 2
+    assert policy_of(RerankPolicy.RRF, rrf_k=10, weight=0.5) == Rrf(k=10, weight=0.5)
+    assert policy_of("rrf") == Rrf() and (Rrf().k, Rrf().weight) == (60.0, 1.0)
+    assert (policy_of("none"), policy_of("replace")) == (FirstStageOnly(), Replace())
+    assert [p.kind for p in (FirstStageOnly(), Replace(), GuaranteedSlots(), Rrf())] == [
+        RerankPolicy.NONE, RerankPolicy.REPLACE, RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF]
+    with pytest.raises(ValueError, match="auto"):
+        policy_of("auto")
+    with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
+        GuaranteedSlots(-1)
+    with pytest.raises(ConfigError, match="reranker weight must be 0 or more"):
+        replace(Rrf(), weight=-1.0)  # an override is checked as a new policy is
+
+
+def test_second_stage_under_a_policy_object_is_the_named_policy_with_those_parameters():
+    from funnel.rerank.policies import GuaranteedSlots, Rrf
+
+    cands = candidates(["a", "b", "a", "c", "d"])
+    reranker = ScriptedReranker({"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.5})
+    for obj, name, params in [
+        (GuaranteedSlots(1), RerankPolicy.GUARANTEED_SLOTS, {"guaranteed": 1}),
+        (Rrf(k=5, weight=2.0), RerankPolicy.RRF, {"rrf_k": 5, "weight": 2.0}),
+    ]:
+        by_object = second_stage("q", cands, reranker, obj)
+        by_name = second_stage("q", cands, reranker, name, **params)
+        assert [(h.chunk.chunk_id, h.final_score, h.guaranteed) for h in by_object.hits] == [
+            (h.chunk.chunk_id, h.final_score, h.guaranteed) for h in by_name.hits]
+    assert order(second_stage("q", cands, reranker, GuaranteedSlots(1)))[:2] == ["a", "a"]
+
+
+def test_search_config_and_settings_take_their_defaults_from_the_policies():
+    from funnel.apps.factory import search_config
+    from funnel.apps.settings import Settings
+    from funnel.pipeline import SearchConfig
+    from funnel.rerank.policies import GuaranteedSlots, Rrf
+    from funnel.retrieve.first_stage import FirstStageConfig
+
+    config = SearchConfig()
+    assert (config.guaranteed, config.rrf_k, config.rerank_weight) == (GuaranteedSlots().g, Rrf().k, Rrf().weight)
+    assert config.policy_of(RerankPolicy.RRF, weight=0.5) == Rrf(k=config.rrf_k, weight=0.5)
+    fields = Settings.model_fields
+    assert fields["guaranteed"].default == GuaranteedSlots().g
+    assert (fields["rerank_rrf_k"].default, fields["rerank_weight"].default) == (Rrf().k, Rrf().weight)
+    assert fields["rrf_k"].default == FirstStageConfig().rrf_k
+    # rrf_k is the first stage's fusion k; rerank_rrf_k the rrf policy's: one no longer sets the other.
+    built = search_config(Settings(rrf_k=10, rerank_rrf_k=30))
+    assert (built.first_stage.rrf_k, built.rrf_k) == (10, 30)

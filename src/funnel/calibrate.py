@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,9 +36,12 @@ from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy, apply_policy
+from funnel.rerank.policies import RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, first_stage, retrieve
 from funnel.types import Chunk
+
+if TYPE_CHECKING:
+    from funnel.pipeline import SearchConfig
 
 FORMAT = 1
 DEFAULT_QUERIES = 120
@@ -274,18 +278,18 @@ def calibrate(
     store: Store,
     embedder: Embedder,
     reranker: Reranker | None,
-    first_stage_config: FirstStageConfig | None = None,
-    candidates: int = 25,
-    guaranteed: int = 2,
-    rrf_k: float = 60.0,
-    chunks_per_document: int | None = 3,
+    config: SearchConfig | None = None,
+    *,
     n_queries: int = DEFAULT_QUERIES,
     seed: int = 0,
     kinds: tuple[str, ...] = ("title", "sentence"),
     progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
     """Measure every option on pseudo-queries from this index and choose one (see the module docstring).
-    Reads the index, writes nothing: the caller stores the result."""
+    `config` is the search's: its first stage, window and policy parameters. Reads the index, writes
+    nothing: the caller stores the result."""
+    from funnel.pipeline import SearchConfig  # the pipeline imports this module
+
     started = time.perf_counter()
     info = store.info()
     if info is None:
@@ -296,8 +300,7 @@ def calibrate(
         reranker=reranker.name, embedder=embedder.name, index_version=info.version, index_chunks=info.chunks,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    rng = random.Random(seed)
-    queries, sources = _sample(store, n_queries, rng, kinds)
+    queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
     if len(queries) < MIN_QUERIES:
         return Calibration(
             RerankPolicy.NONE, 0.0,
@@ -305,13 +308,35 @@ def calibrate(
             f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
             queries=len(queries), seconds=time.perf_counter() - started, **made,
         )
-    config = first_stage_config or FirstStageConfig()
-    rr = {option.name: [] for option in OPTIONS}
+    rr, window_recall = _measure(store, embedder, reranker, config or SearchConfig(), queries, sources, progress)
+    mrr = {name: float(np.mean(values)) for name, values in rr.items()}
+    kinds_of = [q.kind for q in queries]
+    mrr_by_kind = {
+        kind: {name: float(np.mean([v for v, k in zip(values, kinds_of) if k == kind])) for name, values in rr.items()}
+        for kind in sorted(set(kinds_of))
+    }
+    chosen, reason, p = _choose(rr, mrr, len(queries))
+    return Calibration(
+        chosen.policy, chosen.weight, reason, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
+        window_recall=window_recall, p_value=p, seconds=time.perf_counter() - started, **made,
+    )
+
+
+def _measure(
+    store: Store, embedder: Embedder, reranker: Reranker, config: SearchConfig, queries: list[PseudoQuery],
+    sources: dict[str, Chunk], progress: Callable[[int, int], None] | None,
+) -> tuple[dict[str, list[float]], float]:
+    """Each option's reciprocal rank per query, over the real first stage on a small copy of the index,
+    and the share of queries whose answer the window held."""
+    fs, candidates = config.first_stage, config.candidates
+    policies = {option.name: config.policy_of(option.policy, option.weight) for option in OPTIONS}
+    rr: dict[str, list[float]] = {option.name: [] for option in OPTIONS}
     in_window = 0
     with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
-        copy = _small_copy(store, embedder, queries, sources, max(config.per_retriever, candidates), config, tmp)
+        copy = _small_copy(store, embedder, queries, sources, max(fs.per_retriever, candidates), fs, tmp)
         for done, query in enumerate(queries, start=1):
-            window = first_stage(copy, embedder, query.text, candidates, config, max_per_document=chunks_per_document)
+            window = first_stage(copy, embedder, query.text, candidates, fs,
+                                 max_per_document=config.chunks_per_document)
             in_window += any(c.chunk.chunk_id in query.relevant for c in window)
             try:
                 scores = list(reranker.rerank(query.text, window).scores) if window else []
@@ -322,35 +347,26 @@ def calibrate(
                 raise BackendUnavailable(f"calibration stopped: {reranker.name} returned {len(scores)} scores "
                                          f"for {len(window)} candidates or a non-finite one; the previous "
                                          "calibration is kept")
-            for option in OPTIONS:
-                hits = apply_policy(option.policy, window, scores, guaranteed, rrf_k, option.weight)
-                rr[option.name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
+            for name, policy in policies.items():
+                hits = policy.order(window, scores)
+                rr[name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
             if progress:
                 progress(done, len(queries))
-    mrr = {name: float(np.mean(values)) for name, values in rr.items()}
-    kinds_of = [q.kind for q in queries]
-    mrr_by_kind = {
-        kind: {name: float(np.mean([v for v, k in zip(values, kinds_of) if k == kind])) for name, values in rr.items()}
-        for kind in sorted(set(kinds_of))
-    }
+    return rr, in_window / len(queries)
+
+
+def _choose(rr: dict[str, list[float]], mrr: dict[str, float], n: int) -> tuple[Option, str, float | None]:
+    """The option adopted, why, and the paired test's p (None when the first stage was best)."""
+    first = mrr[FIRST_STAGE.name]
     best = max(OPTIONS, key=lambda o: (round(mrr[o.name], 6), o is FIRST_STAGE))
     diffs = np.asarray(rr[best.name]) - np.asarray(rr[FIRST_STAGE.name])
     p = _paired_p(diffs) if best is not FIRST_STAGE else None
-    gain = mrr[best.name] - mrr[FIRST_STAGE.name]
-    if best is not FIRST_STAGE and gain >= MIN_GAIN and p is not None and p < MAX_P:
-        chosen = best
-        reason = (f"{best.name} raised MRR@10 on {len(queries)} test queries made from this corpus from "
-                  f"{mrr[FIRST_STAGE.name]:.3f} to {mrr[best.name]:.3f} (p={p:.3f})")
+    if best is not FIRST_STAGE and mrr[best.name] - first >= MIN_GAIN and p is not None and p < MAX_P:
+        return best, (f"{best.name} raised MRR@10 on {n} test queries made from this corpus from "
+                      f"{first:.3f} to {mrr[best.name]:.3f} (p={p:.3f})"), p
+    if best is FIRST_STAGE:
+        measured = f"no option beat the first-stage order's MRR@10 {first:.3f}"
     else:
-        chosen = FIRST_STAGE
-        if best is FIRST_STAGE:
-            measured = f"no option beat the first-stage order's MRR@10 {mrr[FIRST_STAGE.name]:.3f}"
-        else:
-            measured = (f"best: {best.name} {mrr[best.name]:.3f} vs first stage {mrr[FIRST_STAGE.name]:.3f}, "
-                        f"p={p:.3f}")
-        reason = (f"the reranker did not help on {len(queries)} test queries made from this corpus ({measured}); "
-                  "the first-stage order is kept")
-    return Calibration(
-        chosen.policy, chosen.weight, reason, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
-        window_recall=in_window / len(queries), p_value=p, seconds=time.perf_counter() - started, **made,
-    )
+        measured = f"best: {best.name} {mrr[best.name]:.3f} vs first stage {first:.3f}, p={p:.3f}"
+    return FIRST_STAGE, (f"the reranker did not help on {n} test queries made from this corpus ({measured}); "
+                         "the first-stage order is kept"), p

@@ -6,7 +6,8 @@ query -> dense top-N + BM25 top-N -> RRF -> candidates -> rerank (+policy, fallb
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from funnel.calibrate import DEFAULT_QUERIES, Calibration, calibrate
@@ -15,13 +16,15 @@ from funnel.errors import ConfigError, StoreError
 from funnel.generate.base import Generator
 from funnel.generate.context import with_continuations
 from funnel.group import group
-from funnel.index.base import Filter, Store
+from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy, second_stage
-from funnel.retrieve.first_stage import FirstStageConfig, Retrieval, first_stage
-from funnel.types import Answer, SearchResult
+from funnel.rerank.policies import (
+    FirstStageOnly, GuaranteedSlots, Policy, RerankPolicy, Rrf, SecondStageResult, policy_of, second_stage,
+)
+from funnel.retrieve.first_stage import FirstStageConfig, Ranking, Retrieval, fuse, fuse_rankings, retrieve
+from funnel.types import Answer, Candidate, DocumentHit, Hit, SearchResult
 
 # A query longer than this is cut before retrieval: BM25 over a 100 KB "query" is a scan of the index.
 MAX_QUERY_CHARS = 4000
@@ -33,9 +36,10 @@ class SearchConfig:
     candidates: int = 25  # chunks handed to the second stage (over-fetch)
     first_stage: FirstStageConfig = field(default_factory=FirstStageConfig)
     policy: RerankPolicy = RerankPolicy.AUTO  # auto: the index's calibration decides (funnel.calibrate)
-    guaranteed: int = 2
-    rrf_k: float = 60.0
-    rerank_weight: float = 1.0  # the reranker's weight under an explicit rrf policy
+    # The explicit policies' parameters; their defaults are the policy objects' own.
+    guaranteed: int = GuaranteedSlots.g
+    rrf_k: float = Rrf.k  # the rrf policy's k (the first stage's fusion has its own, `first_stage.rrf_k`)
+    rerank_weight: float = Rrf.weight  # the reranker's weight under an explicit rrf policy
     rerank_timeout_s: float | None = 30.0
     chunks_per_document: int = 3
 
@@ -44,20 +48,39 @@ class SearchConfig:
             raise ConfigError(f"k must be at least 1, got {self.k}")
         if self.candidates < 1:
             raise ConfigError(f"candidates must be at least 1, got {self.candidates}")
-        if self.guaranteed < 0:
-            raise ConfigError(f"guaranteed slots must be 0 or more, got {self.guaranteed}")
-        if self.rerank_weight < 0:
-            raise ConfigError(f"the reranker weight must be 0 or more, got {self.rerank_weight}")
+        for kind in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF):
+            self.policy_of(kind)  # each policy checks its own parameters
+
+    def policy_of(self, kind: RerankPolicy, weight: float | None = None) -> Policy:
+        """The policy object `kind` names with this config's parameters (`weight`: the reranker's under rrf)."""
+        return policy_of(kind, self.guaranteed, self.rrf_k, self.rerank_weight if weight is None else weight)
 
 
 @dataclass(frozen=True)
 class ResolvedPolicy:
     """The policy a search runs under once `auto` is looked up in the index's calibration."""
 
-    policy: RerankPolicy
-    weight: float
+    policy: Policy
     label: str  # "rrf", or "auto: rrf:1" / "auto: first_stage"
     reason: str = ""  # why the reranker is not run, when it is not
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search, everything the steps need (`Pipeline.plan` makes it from a caller's arguments).
+    `Pipeline.search` is `first_stage` -> `second_stage` -> `group` over one."""
+
+    query: str
+    k: int  # documents returned
+    candidates: int  # the window handed to the second stage
+    first_stage: FirstStageConfig
+    policy: ResolvedPolicy
+    filter: Filter | None = None
+    documents: frozenset[str] | None = None  # only these documents' chunks are candidates (None: all)
+    chunks_per_document: int | None = 3  # the window's per-document cap (None: no cap)
+
+
+_FIRST_STAGE_ONLY = FirstStageOnly()
 
 
 # How long a pipeline trusts the calibration it read (another process may recalibrate the index).
@@ -104,11 +127,9 @@ class Pipeline:
         """Measure the second stage on this index (`funnel.calibrate`) and store the choice with it. An
         interruption before the end leaves the previous calibration as it was (nothing is written until
         the whole measurement is done)."""
-        config = self.config
-        n_queries = n_queries or DEFAULT_QUERIES
         result = calibrate(
-            self.store, self.embedder, self.reranker, config.first_stage, config.candidates, config.guaranteed,
-            config.rrf_k, config.chunks_per_document, n_queries=n_queries, progress=progress,
+            self.store, self.embedder, self.reranker, self.config, n_queries=n_queries or DEFAULT_QUERIES,
+            progress=progress,
         )
         self.store.write_calibration(result.to_json())
         self._calibration = None
@@ -130,31 +151,120 @@ class Pipeline:
         """`auto` -> the calibrated policy when the calibration was made with this reranker and embedder;
         otherwise the first-stage order, saying why. An explicit policy is taken as it is."""
         if policy is not RerankPolicy.AUTO:
-            weight = self.config.rerank_weight
-            label = f"rrf:{weight:g}" if policy is RerankPolicy.RRF and weight != 1.0 else policy.value
-            return ResolvedPolicy(policy, weight, label)
+            chosen = self.config.policy_of(policy)
+            label = f"rrf:{chosen.weight:g}" if isinstance(chosen, Rrf) and chosen.weight != 1.0 else policy.value
+            return ResolvedPolicy(chosen, label)
         if self.reranker is None:
-            return ResolvedPolicy(RerankPolicy.NONE, 0.0, "auto: first_stage", "no reranker configured")
+            return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", "no reranker configured")
         try:
             calibration = self.calibration(version)
         except StoreError as e:
-            return ResolvedPolicy(RerankPolicy.NONE, 0.0, "auto: first_stage", str(e))
+            return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", str(e))
         if calibration is None:
-            return ResolvedPolicy(RerankPolicy.NONE, 0.0, "auto: first_stage",
+            return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage",
                                   "the index is not calibrated; run `funnel calibrate`")
         mismatch = calibration.mismatch(self.reranker.name, self.embedder.name)
         if mismatch:
-            return ResolvedPolicy(RerankPolicy.NONE, 0.0, "auto: first_stage",
-                                  f"{mismatch}; run `funnel calibrate`")
+            return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", f"{mismatch}; run `funnel calibrate`")
         label = f"auto: {calibration.option}"
         if calibration.policy is RerankPolicy.NONE:
-            return ResolvedPolicy(RerankPolicy.NONE, 0.0, label, f"calibration: {calibration.reason}")
-        return ResolvedPolicy(calibration.policy, calibration.weight, label)
+            return ResolvedPolicy(_FIRST_STAGE_ONLY, label, f"calibration: {calibration.reason}")
+        return ResolvedPolicy(self.config.policy_of(calibration.policy, calibration.weight), label)
 
     def ingest(
         self, paths: list[str | Path], progress: Progress | None = None, pages: PageProgress | None = None
     ) -> IngestReport:
         return self.indexer.ingest_paths([Path(p) for p in paths], progress, pages)
+
+    def plan(
+        self,
+        query: str,
+        *,
+        candidates: int | None = None,
+        version: int | None = None,
+        k: int | None = None,
+        policy: RerankPolicy | str | None = None,
+        retrieval: Retrieval | str | None = None,
+        filter: Filter | None = None,
+    ) -> SearchRequest:
+        """A request for `query` as it is (no folding, no check of the index: `search` does both for a
+        person's query), each argument left None taking the config's value: the window (`candidates`)
+        is at least k chunks; `version` is the index version a calibration must match."""
+        config = self.config
+        k = config.k if k is None else k
+        if k < 1:
+            raise ConfigError(f"k must be at least 1, got {k}")
+        requested = config.policy if policy is None else RerankPolicy.parse(policy)
+        fs_config = config.first_stage
+        if retrieval is not None:
+            fs_config = replace(fs_config, retrieval=Retrieval.parse(retrieval))
+        window = max(config.candidates, k) if candidates is None else candidates
+        return SearchRequest(query, k, window, fs_config, self.resolve_policy(requested, version), filter,
+                             chunks_per_document=config.chunks_per_document)
+
+    def _checked(self, query: str, k: int | None) -> tuple[str, tuple[str, ...], int]:
+        """A person's query with whitespace folded and cut to MAX_QUERY_CHARS (saying so in a note), and
+        the index version, once the index is known to be searchable with this embedder."""
+        query = " ".join(query.split())
+        if not query:
+            raise ConfigError("the query is empty")
+        notes: tuple[str, ...] = ()
+        if len(query) > MAX_QUERY_CHARS:
+            notes = (f"query cut from {len(query)} to {MAX_QUERY_CHARS} characters",)
+            query = query[:MAX_QUERY_CHARS]
+        if k is not None and k < 1:
+            raise ConfigError(f"k must be at least 1, got {k}")
+        info = self.store.info()
+        if info is None:
+            raise StoreError("the index is empty: run `funnel ingest PATH` first")
+        if (info.embedder, info.dim) != (self.embedder.name, self.embedder.dim):
+            raise ConfigError(
+                f"the index was built with embedder {info.embedder} (dim {info.dim}), but this search uses "
+                f"{self.embedder.name} (dim {self.embedder.dim}); search with the index's embedder"
+            )
+        return query, notes, info.version
+
+    def retrieve(self, request: SearchRequest) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+        """The BM25 and dense lists the request's first stage fuses (the mode's; the other stays empty)."""
+        fs = request.first_stage
+        return retrieve(
+            self.store, self.embedder, request.query, max(fs.per_retriever, request.candidates), fs, request.filter
+        )
+
+    def first_stage(
+        self, request: SearchRequest, retrieved: tuple[list[ScoredChunk], list[ScoredChunk]] | None = None
+    ) -> list[Candidate]:
+        """The window: the retrieved lists fused into `request.candidates` chunks (`funnel.retrieve.first_stage`).
+        Given `retrieved` (from `retrieve` with a deeper request), their heads are used and nothing is
+        retrieved again, so requests that differ in mode or depth share one retrieval (eval does)."""
+        fs = request.first_stage
+        lexical, dense = self.retrieve(request) if retrieved is None else retrieved
+        n = max(fs.per_retriever, request.candidates)
+        lexical = lexical[:n] if fs.retrieval in (Retrieval.HYBRID, Retrieval.BM25) else []
+        dense = dense[:n] if fs.retrieval in (Retrieval.HYBRID, Retrieval.DENSE) else []
+        candidates = fuse(lexical, dense, request.candidates, fs, request.chunks_per_document)
+        if request.documents is not None:
+            candidates = [c for c in candidates if c.chunk.doc_id in request.documents]
+        return candidates
+
+    def fuse(
+        self, request: SearchRequest, window: list[Candidate], extra_rankings: Sequence[Ranking], weight: float = 1.0
+    ) -> list[Candidate]:
+        """The window fused with other evidence (weighted RRF; the window's list carries `weight`), e.g.
+        triage's stack frames and symbols; a ranking without its own k takes the first stage's."""
+        rankings = [replace(r, k=request.first_stage.rrf_k) if r.k is None else r for r in extra_rankings]
+        own = Ranking(tuple(c.chunk for c in window), weight, request.first_stage.rrf_k)
+        return fuse_rankings(window, own, rankings, request.candidates, request.chunks_per_document)
+
+    def second_stage(self, request: SearchRequest, candidates: list[Candidate]) -> SecondStageResult:
+        """The reranker under the request's policy, or the first-stage order on any failure."""
+        return second_stage(
+            request.query, candidates, self.reranker, request.policy.policy, timeout_s=self.config.rerank_timeout_s
+        )
+
+    def group(self, request: SearchRequest, hits: list[Hit]) -> list[DocumentHit]:
+        """The top-k documents of the final order (`funnel.group`)."""
+        return group(hits, request.k, self.config.chunks_per_document)
 
     def search(
         self,
@@ -164,60 +274,26 @@ class Pipeline:
         retrieval: Retrieval | str | None = None,
         filter: Filter | None = None,
     ) -> SearchResult:
-        query = " ".join(query.split())
-        if not query:
-            raise ConfigError("the query is empty")
-        notes: tuple[str, ...] = ()
-        if len(query) > MAX_QUERY_CHARS:
-            notes = (f"query cut from {len(query)} to {MAX_QUERY_CHARS} characters",)
-            query = query[:MAX_QUERY_CHARS]
-        config = self.config
-        k = config.k if k is None else k
-        if k < 1:
-            raise ConfigError(f"k must be at least 1, got {k}")
-        requested = config.policy if policy is None else RerankPolicy.parse(policy)
-        fs_config = config.first_stage
-        if retrieval is not None:
-            fs_config = FirstStageConfig(
-                Retrieval.parse(retrieval), fs_config.per_retriever, fs_config.rrf_k,
-                fs_config.bm25_weight, fs_config.dense_weight,
-            )
-        info = self.store.info()
-        if info is None:
-            raise StoreError("the index is empty: run `funnel ingest PATH` first")
-        if (info.embedder, info.dim) != (self.embedder.name, self.embedder.dim):
-            raise ConfigError(
-                f"the index was built with embedder {info.embedder} (dim {info.dim}), but this search uses "
-                f"{self.embedder.name} (dim {self.embedder.dim}); search with the index's embedder"
-            )
-
-        resolved = self.resolve_policy(requested, info.version)
-        timings: dict[str, float] = {}
+        query, notes, version = self._checked(query, k)
+        request = self.plan(query, k=k, policy=policy, retrieval=retrieval, filter=filter, version=version)
         t0 = time.perf_counter()
-        candidates = first_stage(
-            self.store, self.embedder, query, max(config.candidates, k), fs_config, filter,
-            max_per_document=config.chunks_per_document,
-        )
+        candidates = self.first_stage(request)
         t1 = time.perf_counter()
-        second = second_stage(
-            query, candidates, self.reranker, resolved.policy, config.guaranteed, config.rrf_k,
-            config.rerank_timeout_s, resolved.weight,
-        )
+        second = self.second_stage(request, candidates)
         t2 = time.perf_counter()
-        documents = group(second.hits, k, config.chunks_per_document)
+        documents = self.group(request, second.hits)
         t3 = time.perf_counter()
-        timings.update(first_stage=1000 * (t1 - t0), rerank=1000 * (t2 - t1), group=1000 * (t3 - t2))
-        reason = resolved.reason or second.reason
+        reason = request.policy.reason or second.reason
         if second.truncated:
             reason = (reason + "; " if reason else "") + f"{len(second.truncated)} candidate(s) truncated"
         return SearchResult(
-            query=query,
+            query=request.query,
             documents=tuple(documents),
             hits=tuple(second.hits),
             rerank_status=second.status,
             rerank_reason=reason,
-            policy=resolved.label,
-            timings_ms=timings,
+            policy=request.policy.label,
+            timings_ms={"first_stage": 1000 * (t1 - t0), "rerank": 1000 * (t2 - t1), "group": 1000 * (t3 - t2)},
             notes=notes,
         )
 
@@ -225,5 +301,9 @@ class Pipeline:
         result = with_continuations(self.search(question, k=k, policy=policy), self.store)
         t0 = time.perf_counter()
         answer = self.generator.answer(result.query, result)
-        result.timings_ms["generate"] = 1000 * (time.perf_counter() - t0)
-        return answer
+        generate_ms = 1000 * (time.perf_counter() - t0)
+        if answer.search is None:
+            return answer
+        # The search result is frozen: the answer carries a copy with the generation's time added.
+        timings = {**answer.search.timings_ms, "generate": generate_ms}
+        return replace(answer, search=replace(answer.search, timings_ms=timings))

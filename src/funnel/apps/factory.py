@@ -54,6 +54,8 @@ def build_chat(settings: Settings):
 
 
 def search_config(settings: Settings) -> SearchConfig:
+    """`rrf_k` is the first stage's fusion k (BM25 + dense); `rerank_rrf_k` the rrf policy's (first stage +
+    reranker). They were one setting once; they answer different questions."""
     return SearchConfig(
         k=settings.k,
         candidates=settings.candidates,
@@ -67,7 +69,7 @@ def search_config(settings: Settings) -> SearchConfig:
         policy=settings.policy,
         rerank_weight=settings.rerank_weight,
         guaranteed=settings.guaranteed,
-        rrf_k=settings.rrf_k,
+        rrf_k=settings.rerank_rrf_k,
         rerank_timeout_s=settings.rerank_timeout_s,
     )
 

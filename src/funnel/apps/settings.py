@@ -9,8 +9,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from funnel.errors import ConfigError
-from funnel.rerank.policies import RerankPolicy
-from funnel.retrieve.first_stage import Retrieval
+from funnel.rerank.policies import GuaranteedSlots, RerankPolicy, Rrf
+from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
 
 
 class Settings(BaseSettings):
@@ -24,11 +24,14 @@ class Settings(BaseSettings):
     threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
     k: int = Field(5, ge=1, le=1000, description="documents returned")
     candidates: int = Field(25, ge=1, le=1000, description="chunks handed to the second stage")
-    per_retriever: int = Field(50, ge=1, le=10000, description="top-N from each of dense and BM25")
-    retrieval: Retrieval = Retrieval.HYBRID
-    rrf_k: float = Field(60.0, gt=0)
-    bm25_weight: float = Field(1.0, ge=0)
-    dense_weight: float = Field(1.0, ge=0)
+    # The core dataclasses hold the defaults; a setting names one and checks its range.
+    per_retriever: int = Field(
+        FirstStageConfig.per_retriever, ge=1, le=10000, description="top-N from each of dense and BM25"
+    )
+    retrieval: Retrieval = FirstStageConfig.retrieval
+    rrf_k: float = Field(FirstStageConfig.rrf_k, gt=0, description="the first stage's RRF k (BM25 + dense)")
+    bm25_weight: float = Field(FirstStageConfig.bm25_weight, ge=0)
+    dense_weight: float = Field(FirstStageConfig.dense_weight, ge=0)
     reranker: str = Field(
         "builtin",
         description="second-stage backend: builtin | none | onnx:DIR | st:MODEL | lexical | "
@@ -39,8 +42,11 @@ class Settings(BaseSettings):
     policy: RerankPolicy = Field(
         RerankPolicy.AUTO, description="auto (the index's calibration) | none | replace | guaranteed_slots | rrf"
     )
-    rerank_weight: float = Field(1.0, ge=0, description="the reranker's weight under policy rrf")
-    guaranteed: int = Field(2, ge=0, description="first-stage documents a reranker may not displace")
+    rerank_weight: float = Field(Rrf.weight, ge=0, description="the reranker's weight under policy rrf")
+    rerank_rrf_k: float = Field(Rrf.k, gt=0, description="the RRF k of policy rrf (first stage + reranker)")
+    guaranteed: int = Field(
+        GuaranteedSlots.g, ge=0, description="first-stage documents a reranker may not displace"
+    )
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
     max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")

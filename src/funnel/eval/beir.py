@@ -37,6 +37,18 @@ class EvalSet:
     pages: dict[str, dict[str, int]] = field(default_factory=dict)  # qid -> judged pages ("file.pdf#p23")
 
 
+def json_line(line: str, path: Path, number: int):
+    """One line of a JSONL file, parsed; any way it is not JSON is a ConfigError at file:line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}:{number}: not JSON (nested too deeply)") from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
+
+
 def _jsonl(path: Path) -> Iterator[dict]:
     """Records that carry an `_id` (corpus and queries files); anything else is a ConfigError at file:line."""
     with open(path, "rb") as fh:  # bytes, decoded per line: a bad byte is reported at its own line
@@ -46,14 +58,7 @@ def _jsonl(path: Path) -> Iterator[dict]:
             except UnicodeDecodeError as e:
                 raise ConfigError(f"{path}:{number}: not UTF-8 text ({e.reason})") from None
             if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
-                except RecursionError:
-                    raise ConfigError(f"{path}:{number}: not JSON (nested too deeply)") from None
-                except ValueError as e:  # an integer of more than 4300 digits
-                    raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
+                record = json_line(line, path, number)
                 if not isinstance(record, dict) or "_id" not in record:
                     raise ConfigError(f"{path}:{number}: expected a JSON object with an '_id'")
                 if ("\\ud" in line or "\\uD" in line) and not _is_text(record):
@@ -174,12 +179,8 @@ def _queries_file(root: Path, folder: Path, split: str) -> Path:
     raise ConfigError(f"{root}: no queries file for split {split!r}")
 
 
-def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
-    """Judged queries of one split. Judged ids missing from the corpus or queries are counted, not used."""
-    if level not in ("auto", "record", "chunk", "document"):
-        raise ConfigError(f"unknown level {level!r}; valid: auto, record, chunk, document")
-    folder = split_dir(root, split)
-    path, found_level = _qrels_file(root, folder, split, level)
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """A qrels TSV (query-id, corpus-id, score): query -> corpus id -> grade."""
     qrels: dict[str, dict[str, int]] = {}
     try:
         with open(path, encoding="utf-8", newline="") as fh:
@@ -197,7 +198,16 @@ def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
         raise ConfigError(f"{path}: not UTF-8 text ({e.reason})") from None
     except csv.Error as e:  # a field over csv's size limit (an unclosed quote swallows the rest)
         raise ConfigError(f"{path}: not a readable TSV file ({e})") from None
+    return qrels
 
+
+def load_beir(root: Path, split: str = "test", level: str = "auto") -> EvalSet:
+    """Judged queries of one split. Judged ids missing from the corpus or queries are counted, not used."""
+    if level not in ("auto", "record", "chunk", "document"):
+        raise ConfigError(f"unknown level {level!r}; valid: auto, record, chunk, document")
+    folder = split_dir(root, split)
+    path, found_level = _qrels_file(root, folder, split, level)
+    qrels = _read_qrels(path)
     record_parents = parents(folder) if found_level == "document" else {}
     known = set(record_parents.values()) if record_parents else {
         str(r["_id"]) for r in _jsonl(folder / "corpus.jsonl")

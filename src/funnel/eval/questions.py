@@ -14,12 +14,11 @@ JSONL: one question object per line; documents then come from `--documents`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from funnel.errors import ConfigError
-from funnel.eval.beir import EvalSet
+from funnel.eval.beir import EvalSet, json_line
 
 
 @dataclass(frozen=True)
@@ -37,14 +36,7 @@ def _read(path: Path) -> dict:
         questions = []
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
-                try:
-                    questions.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{path}:{number}: not JSON ({e.msg})") from None
-                except RecursionError:
-                    raise ConfigError(f"{path}:{number}: not JSON (nested too deeply)") from None
-                except ValueError as e:  # an integer of more than 4300 digits
-                    raise ConfigError(f"{path}:{number}: not JSON ({str(e).split(';')[0]})") from None
+                questions.append(json_line(line, path, number))
         return {"questions": questions}
     import yaml
 

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from funnel.eval.beir import EvalSet
 from funnel.eval.questions import page_unit, source_key
 from funnel.eval.variants import Variant
 from funnel.generate.base import Generator
 from funnel.generate.context import with_continuations
-from funnel.group import group
-from funnel.pipeline import Pipeline
-from funnel.rerank.policies import RerankPolicy, apply_policy, identity, second_stage
-from funnel.retrieve.first_stage import FirstStageConfig, Retrieval, fuse, retrieve
+from funnel.pipeline import Pipeline, SearchRequest
+from funnel.rerank.policies import Policy, RerankPolicy, Rrf, SecondStageResult, identity
+from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Candidate, Hit, RerankStatus, SearchResult
 
 STAGES = ("first_stage", "rerank", "group", "answer")
@@ -91,6 +90,32 @@ def _window_then_tail(window_hits: list[Hit], tail: list[Candidate]) -> list[Hit
     ]
 
 
+@dataclass
+class _Query:
+    """One query's shared work: each base's product window and deep first stage, and its reranked windows."""
+
+    windows: dict[Retrieval, list[Candidate]]
+    deep: dict[Retrieval, list[Candidate]]
+    reranked: dict[Retrieval, SecondStageResult]
+
+
+def _first_stages(pipeline: Pipeline, query: str, mode: Retrieval, depth: int) -> tuple[dict, dict]:
+    """Per base (hybrid, bm25, dense): the window `Pipeline.search` hands the second stage, and the first
+    stage `depth` deep without the per-document cap, all from one retrieval of `depth` per retriever."""
+    def request(base: Retrieval, deep: bool) -> SearchRequest:
+        plain = pipeline.plan(query, policy=RerankPolicy.NONE, retrieval=base)
+        if not deep:
+            return plain
+        return replace(plain, candidates=depth, first_stage=replace(plain.first_stage, per_retriever=depth),
+                       chunks_per_document=None)
+
+    retrieved = pipeline.retrieve(request(mode, deep=True))
+    bases = (Retrieval.HYBRID, Retrieval.BM25, Retrieval.DENSE)
+    windows = {base: pipeline.first_stage(request(base, deep=False), retrieved) for base in bases}
+    deep = {base: pipeline.first_stage(request(base, deep=True), retrieved) for base in bases}
+    return windows, deep
+
+
 def run_eval(
     pipeline: Pipeline,
     evalset: EvalSet,
@@ -99,15 +124,10 @@ def run_eval(
     generator: Generator | None = None,
     progress=None,
 ) -> EvalRun:
-    """Every variant's ranking, per query. The top of each ranking is exactly what `Pipeline.search`
-    would return with that retrieval mode and policy (same per-retriever N, same 25-chunk window with at
-    most chunks_per_document per document); below it, a deeper first stage fills the ranking to `depth`
-    so recall@100 can be measured."""
-    config = pipeline.config
-    fs = config.first_stage
-    window = config.candidates
-    n_product = max(fs.per_retriever, window)
-    n_deep = max(n_product, 3 * depth)
+    """Every variant's ranking, per query. The top of each ranking is what `Pipeline.search` returns with
+    that retrieval mode and policy (its own steps: same per-retriever N, same window with at most
+    chunks_per_document per document); below it, a deeper first stage fills the ranking to `depth` so
+    recall@100 can be measured."""
     runs = {v.name: VariantRun(v) for v in variants}
     if pipeline.reranker is None:
         for v in variants:
@@ -115,71 +135,29 @@ def run_eval(
                 runs[v.name].skipped_reason = "no reranker configured"
     active = [v for v in variants if not runs[v.name].skipped_reason]
     generator = generator if evalset.answers else None
-    hybrid = FirstStageConfig(Retrieval.HYBRID, n_deep, fs.rrf_k, fs.bm25_weight, fs.dense_weight)
+    product = pipeline.plan("", policy=RerankPolicy.NONE)  # what a search asks of the first stage
+    n_deep = max(product.first_stage.per_retriever, product.candidates, 3 * depth)
     needs_lexical = any(v.retrieval in (Retrieval.HYBRID, Retrieval.BM25) for v in active)
     needs_dense = any(v.retrieval in (Retrieval.HYBRID, Retrieval.DENSE) for v in active)
     mode = Retrieval.HYBRID if needs_lexical and needs_dense else (Retrieval.BM25 if needs_lexical else Retrieval.DENSE)
-    retrieve_config = FirstStageConfig(mode, n_deep)
+    policies = {v.name: _policy(pipeline, v) for v in active if v.reranks}
     latency: dict[str, list[float]] = {s: [] for s in STAGES}
-
     for done, (qid, query) in enumerate(evalset.queries.items(), start=1):
         t0 = time.perf_counter()
-        lexical, dense = retrieve(pipeline.store, pipeline.embedder, query, n_deep, retrieve_config)
-        lists = {Retrieval.HYBRID: (lexical, dense), Retrieval.BM25: (lexical, []), Retrieval.DENSE: ([], dense)}
-        windows = {  # what search() hands to the second stage
-            base: fuse(lex[:n_product], den[:n_product], window, hybrid, config.chunks_per_document)
-            for base, (lex, den) in lists.items()
-        }
-        deep = {base: fuse(lex, den, n_deep, hybrid) for base, (lex, den) in lists.items()}
+        windows, deep = _first_stages(pipeline, query, mode, n_deep)
         t1 = time.perf_counter()
-        reranked: dict[Retrieval, object] = {}
-        for base in {v.retrieval for v in active if v.reranks}:
-            reranked[base] = second_stage(
-                query, windows[base], pipeline.reranker, RerankPolicy.REPLACE, timeout_s=config.rerank_timeout_s
-            )
+        reranked = {  # each base's window scored once; every policy is applied to those scores
+            base: pipeline.second_stage(pipeline.plan(query, policy=RerankPolicy.REPLACE, retrieval=base), windows[base])
+            for base in {v.retrieval for v in active if v.reranks}
+        }
         t2 = time.perf_counter()
+        shared = _Query(windows, deep, reranked)
         answer_ms = default_ms = 0.0
         for v in active:
-            head = windows[v.retrieval]
-            status = RerankStatus.SKIPPED
-            if v.is_default:  # the product's own search, calibration and all
-                td = time.perf_counter()
-                searched = pipeline.search(query)
-                default_ms += 1000 * (time.perf_counter() - td)
-                head, head_hits, status = [h.candidate for h in searched.hits], list(searched.hits), searched.rerank_status
-                if status is RerankStatus.FALLBACK:
-                    runs[v.name].fallbacks[searched.rerank_reason] += 1
-            elif v.reranks:
-                result = reranked[v.retrieval]
-                status = result.status
-                if status is RerankStatus.OK:
-                    by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
-                    head_hits = apply_policy(
-                        v.policy, head, [by_id[c.chunk.chunk_id] for c in head], config.guaranteed, config.rrf_k,
-                        v.weight,
-                    )
-                else:
-                    runs[v.name].fallbacks[result.reason] += 1
-                    head_hits = identity(head)
-            else:
-                head_hits = identity(head)
-            in_head = {c.chunk.chunk_id for c in head}
-            hits = _window_then_tail(head_hits, [c for c in deep[v.retrieval] if c.chunk.chunk_id not in in_head])
-            runs[v.name].rankings[qid] = _ranking(hits, evalset, qid, depth)
-            if qid in evalset.pages:
-                runs[v.name].page_rankings[qid] = _page_ranking(hits, evalset, qid, depth)
-            if generator is not None and evalset.answers.get(qid):
-                ta = time.perf_counter()
-                # What `Pipeline.ask` answers from: the window's documents only.
-                documents = group(head_hits, config.k, config.chunks_per_document)
-                result = SearchResult(query, tuple(documents), tuple(head_hits), status)
-                result = with_continuations(result, pipeline.store)  # as `Pipeline.ask` does
-                answer = generator.answer(query, result)
-                if answer.fallback_reason:
-                    runs[v.name].answer_fallbacks[answer.fallback_reason.split(":", 1)[-1].strip()[:100]] += 1
-                text = answer.text.lower()
-                runs[v.name].passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
-                answer_ms += 1000 * (time.perf_counter() - ta)
+            spent = _run_variant(pipeline, evalset, runs[v.name], policies.get(v.name), qid, query, shared,
+                                 depth, generator)
+            default_ms += spent[0]
+            answer_ms += spent[1]
         t3 = time.perf_counter()
         latency["first_stage"].append(1000 * (t1 - t0))
         latency["rerank"].append(1000 * (t2 - t1))
@@ -191,3 +169,64 @@ def run_eval(
             progress(done, len(evalset.queries))
     reranker = getattr(pipeline.reranker, "name", "none") if pipeline.reranker else "none"
     return EvalRun(evalset, runs, latency, pipeline.embedder.name, reranker, depth)
+
+
+def _policy(pipeline: Pipeline, variant: Variant) -> Policy:
+    """The variant's policy with the pipeline's parameters, and the variant's own reranker weight under rrf."""
+    policy = pipeline.plan("", policy=variant.policy).policy.policy
+    return replace(policy, weight=variant.weight) if isinstance(policy, Rrf) else policy
+
+
+def _run_variant(
+    pipeline: Pipeline, evalset: EvalSet, run: VariantRun, policy: Policy | None, qid: str, query: str,
+    shared: _Query, depth: int, generator: Generator | None,
+) -> tuple[float, float]:
+    """One variant's ranking (and answer) for one query, into `run`; the ms its default search and its
+    answer took."""
+    v = run.variant
+    head = shared.windows[v.retrieval]
+    status = RerankStatus.SKIPPED
+    default_ms = 0.0
+    if v.is_default:  # the product's own search, calibration and all
+        td = time.perf_counter()
+        searched = pipeline.search(query)
+        default_ms = 1000 * (time.perf_counter() - td)
+        head, head_hits, status = [h.candidate for h in searched.hits], list(searched.hits), searched.rerank_status
+        if status is RerankStatus.FALLBACK:
+            run.fallbacks[searched.rerank_reason] += 1
+    elif policy is not None:
+        result = shared.reranked[v.retrieval]
+        status = result.status
+        if status is RerankStatus.OK:
+            by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
+            head_hits = policy.order(head, [by_id[c.chunk.chunk_id] for c in head])
+        else:
+            run.fallbacks[result.reason] += 1
+            head_hits = identity(head)
+    else:
+        head_hits = identity(head)
+    in_head = {c.chunk.chunk_id for c in head}
+    hits = _window_then_tail(head_hits, [c for c in shared.deep[v.retrieval] if c.chunk.chunk_id not in in_head])
+    run.rankings[qid] = _ranking(hits, evalset, qid, depth)
+    if qid in evalset.pages:
+        run.page_rankings[qid] = _page_ranking(hits, evalset, qid, depth)
+    answer_ms = 0.0
+    if generator is not None and evalset.answers.get(qid):
+        ta = time.perf_counter()
+        _answer(pipeline, evalset, run, qid, query, head_hits, status, generator)
+        answer_ms = 1000 * (time.perf_counter() - ta)
+    return default_ms, answer_ms
+
+
+def _answer(
+    pipeline: Pipeline, evalset: EvalSet, run: VariantRun, qid: str, query: str, head_hits: list[Hit],
+    status: RerankStatus, generator: Generator,
+) -> None:
+    """What `Pipeline.ask` would answer from the window's documents; passed when it holds every expected string."""
+    documents = pipeline.group(pipeline.plan(query, policy=RerankPolicy.NONE), head_hits)
+    result = SearchResult(query, tuple(documents), tuple(head_hits), status)
+    answer = generator.answer(query, with_continuations(result, pipeline.store))  # as `Pipeline.ask` does
+    if answer.fallback_reason:
+        run.answer_fallbacks[answer.fallback_reason.split(":", 1)[-1].strip()[:100]] += 1
+    text = answer.text.lower()
+    run.passed[qid] = all(s.lower() in text for s in evalset.answers[qid])

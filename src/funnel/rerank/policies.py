@@ -22,9 +22,9 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from enum import Enum
 
-from funnel.config import parse_enum
+from funnel.config import Choice
+from funnel.errors import ConfigError
 from funnel.deadline import DeadlineExceeded, call_within
 from funnel.rerank.base import Reranker
 from funnel.retrieve.fusion import rrf
@@ -33,16 +33,90 @@ from funnel.types import Candidate, Hit, RerankResult, RerankStatus
 log = logging.getLogger(__name__)
 
 
-class RerankPolicy(str, Enum):
+class RerankPolicy(Choice):
     NONE = "none"
     REPLACE = "replace"
     GUARANTEED_SLOTS = "guaranteed_slots"
     RRF = "rrf"
     AUTO = "auto"
 
-    @classmethod
-    def parse(cls, value: str | RerankPolicy) -> RerankPolicy:
-        return parse_enum(cls, value, "rerank policy")
+
+@dataclass(frozen=True)
+class FirstStageOnly:
+    """`none`: the first-stage order; the reranker is not run."""
+
+    kind = RerankPolicy.NONE
+
+    def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+        return identity(candidates)
+
+
+@dataclass(frozen=True)
+class Replace:
+    """`replace`: the reranker's order."""
+
+    kind = RerankPolicy.REPLACE
+
+    def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+        by_score = _by_score(scores)
+        return _hits(candidates, scores, by_score, {i: scores[i] for i in by_score})
+
+
+@dataclass(frozen=True)
+class GuaranteedSlots:
+    """`guaranteed_slots`: the first-stage top-g documents keep their places (and their chunks' order);
+    the reranker orders everything else."""
+
+    g: int = 2
+    kind = RerankPolicy.GUARANTEED_SLOTS
+
+    def __post_init__(self):
+        _not_negative("guaranteed slots", self.g)
+
+    def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+        kept = _first_stage_top_documents(candidates, self.g)
+        order = sorted(kept) + [i for i in _by_score(scores) if i not in kept]
+        return _hits(candidates, scores, order, {i: scores[i] for i in order}, kept)
+
+
+@dataclass(frozen=True)
+class Rrf:
+    """`rrf`: reciprocal-rank fusion of the first-stage rank and the reranker rank, the reranker's rank
+    carrying `weight`."""
+
+    k: float = 60.0
+    weight: float = 1.0
+    kind = RerankPolicy.RRF
+
+    def __post_init__(self):
+        _not_negative("the reranker weight", self.weight)
+
+    def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+        fused = rrf([list(range(len(candidates))), _by_score(scores)], k=self.k, weights=[1.0, self.weight])
+        return _hits(candidates, scores, [i for i, _ in fused], dict(fused))
+
+
+def _not_negative(what: str, value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{what} must be 0 or more, got {value}")
+
+
+Policy = FirstStageOnly | Replace | GuaranteedSlots | Rrf
+
+
+def policy_of(
+    kind: RerankPolicy | str, guaranteed: int | None = None, rrf_k: float | None = None, weight: float | None = None
+) -> Policy:
+    """The policy object a `RerankPolicy` names, its parameters given or left at the policy's defaults."""
+    kind = RerankPolicy.parse(kind)
+    if kind is RerankPolicy.AUTO:
+        raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
+    if kind is RerankPolicy.GUARANTEED_SLOTS:
+        return GuaranteedSlots() if guaranteed is None else GuaranteedSlots(guaranteed)
+    if kind is RerankPolicy.RRF:
+        given = {name: v for name, v in (("k", rrf_k), ("weight", weight)) if v is not None}
+        return Rrf(**given)
+    return Replace() if kind is RerankPolicy.REPLACE else FirstStageOnly()
 
 
 @dataclass(frozen=True)
@@ -57,14 +131,19 @@ def second_stage(
     query: str,
     candidates: list[Candidate],
     reranker: Reranker | None,
-    policy: RerankPolicy,
-    guaranteed: int = 2,
-    rrf_k: float = 60.0,
+    policy: Policy | RerankPolicy,
+    guaranteed: int | None = None,
+    rrf_k: float | None = None,
     timeout_s: float | None = 30.0,
-    weight: float = 1.0,
+    weight: float | None = None,
 ) -> SecondStageResult:
-    if policy is RerankPolicy.NONE or reranker is None or not candidates:
-        reason = "policy none" if policy is RerankPolicy.NONE else "no reranker configured"
+    """The reranker's scores under `policy`, or the first-stage order on any failure. A `RerankPolicy`
+    name is turned into its policy object with `guaranteed`, `rrf_k` and `weight` (`policy_of`); those
+    three are ignored when `policy` is already an object."""
+    if isinstance(policy, RerankPolicy):
+        policy = policy_of(policy, guaranteed, rrf_k, weight)
+    if isinstance(policy, FirstStageOnly) or reranker is None or not candidates:
+        reason = "policy none" if isinstance(policy, FirstStageOnly) else "no reranker configured"
         return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
     started = time.perf_counter()
     try:
@@ -76,8 +155,7 @@ def second_stage(
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
     log.debug("rerank %d candidates in %.1f ms", len(candidates), 1000 * (time.perf_counter() - started))
-    hits = apply_policy(policy, candidates, scores, guaranteed, rrf_k, weight)
-    return SecondStageResult(hits, RerankStatus.OK, truncated=result.truncated)
+    return SecondStageResult(policy.order(candidates, scores), RerankStatus.OK, truncated=result.truncated)
 
 
 def identity(candidates: list[Candidate]) -> list[Hit]:
@@ -102,36 +180,29 @@ def _validated(result: RerankResult, n: int) -> list[float]:
 
 
 def apply_policy(
-    policy: RerankPolicy,
+    policy: Policy | RerankPolicy,
     candidates: list[Candidate],
     scores: list[float],
-    guaranteed: int = 2,
-    rrf_k: float = 60.0,
-    weight: float = 1.0,
+    guaranteed: int | None = None,
+    rrf_k: float | None = None,
+    weight: float | None = None,
 ) -> list[Hit]:
-    """The final order of `candidates` (first-stage order) given one reranker score per candidate."""
-    if policy is RerankPolicy.NONE:
-        return identity(candidates)
-    if policy is RerankPolicy.AUTO:
-        raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
-    by_score = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
-    rerank_rank = {i: r for r, i in enumerate(by_score, start=1)}
+    """The final order of `candidates` (first-stage order) given one reranker score per candidate; a
+    `RerankPolicy` name is turned into its object as in `second_stage`."""
+    if isinstance(policy, RerankPolicy):
+        policy = policy_of(policy, guaranteed, rrf_k, weight)
+    return policy.order(candidates, scores)
 
-    kept: set[int] = set()
-    if policy is RerankPolicy.REPLACE:
-        order = by_score
-        final = {i: scores[i] for i in order}
-    elif policy is RerankPolicy.GUARANTEED_SLOTS:
-        kept = _first_stage_top_documents(candidates, guaranteed)
-        order = sorted(kept) + [i for i in by_score if i not in kept]
-        final = {i: scores[i] for i in order}
-    elif policy is RerankPolicy.RRF:
-        fused = rrf([list(range(len(candidates))), by_score], k=rrf_k, weights=[1.0, weight])
-        order = [i for i, _ in fused]
-        final = dict(fused)
-    else:  # pragma: no cover - every policy is handled above
-        raise AssertionError(policy)
 
+def _by_score(scores: list[float]) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def _hits(
+    candidates: list[Candidate], scores: list[float], order: list[int], final: dict[int, float],
+    kept: set[int] = frozenset(),
+) -> list[Hit]:
+    rerank_rank = {i: r for r, i in enumerate(_by_score(scores), start=1)}
     return [
         Hit(
             candidates[i],

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from enum import Enum
 
 from funnel.embed.base import Embedder
-from funnel.config import parse_enum
+from funnel.config import Choice
 from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.retrieve.fusion import rrf
 from funnel.types import Candidate, Chunk
 
 
-class Retrieval(str, Enum):
+class Retrieval(Choice):
     HYBRID = "hybrid"
     BM25 = "bm25"
     DENSE = "dense"
-
-    @classmethod
-    def parse(cls, value: str | Retrieval) -> Retrieval:
-        return parse_enum(cls, value, "retrieval")
 
 
 @dataclass(frozen=True)
@@ -30,6 +25,15 @@ class FirstStageConfig:
     rrf_k: float = 60.0
     bm25_weight: float = 1.0
     dense_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A ranked list of chunks to fuse with the first stage's window (e.g. triage's stack frames)."""
+
+    chunks: tuple[Chunk, ...]
+    weight: float = 1.0
+    k: float | None = None  # its RRF k; None: the first stage's
 
 
 def first_stage(
@@ -124,3 +128,33 @@ def _cap(
     fill = {chunk_id for chunk_id, _ in past[: max(0, n_candidates - len(within))]}
     keep = {chunk_id for chunk_id, _ in within[:n_candidates]} | fill
     return [item for item in fused if item[0] in keep], fill
+
+
+def fuse_rankings(
+    candidates: list[Candidate], own: Ranking, extra: list[Ranking], n_candidates: int, max_per_document: int | None
+) -> list[Candidate]:
+    """Weighted RRF of `extra` rankings and the first stage's window (`candidates`, ranked as `own`), at
+    most `max_per_document` chunks of a document, cut at `n_candidates` or the number of chunks the
+    extra rankings bring, whichever is larger (none of them is cut away unfused)."""
+    by_id = {c.chunk.chunk_id: c for c in candidates}
+    chunks = {c.chunk_id: c for ranking in extra for c in ranking.chunks}
+    rankings = [*extra, own]
+    fused = rrf([list(dict.fromkeys(c.chunk_id for c in r.chunks)) for r in rankings],
+                weights=[r.weight for r in rankings], ks=[r.k for r in rankings])
+    per_doc: Counter[str] = Counter()
+    out: list[Candidate] = []
+    for chunk_id, score in fused:
+        found = by_id.get(chunk_id)
+        chunk = found.chunk if found else chunks[chunk_id]
+        if max_per_document is not None and per_doc[chunk.doc_id] >= max_per_document:
+            continue
+        per_doc[chunk.doc_id] += 1
+        rank = len(out) + 1
+        if found:
+            out.append(Candidate(chunk, rank, score, found.bm25_rank, found.bm25_score,
+                                 found.dense_rank, found.dense_score))
+        else:
+            out.append(Candidate(chunk, rank, score))
+        if len(out) >= max(n_candidates, len(chunks)):
+            break
+    return out

@@ -24,13 +24,11 @@ from funnel.apps.triage.frames import match_frames, trace_symbols
 from funnel.apps.triage.schema import RankedFile
 from funnel.apps.triage.stacktrace import Frame, ParsedError
 from funnel.apps.triage.symbols import SymbolTable, mentioned_names
-from funnel.group import group
 from funnel.index.base import Filter
 from funnel.pipeline import MAX_QUERY_CHARS, Pipeline
-from funnel.rerank.policies import RerankPolicy, second_stage
-from funnel.retrieve.first_stage import first_stage
-from funnel.retrieve.fusion import rrf
-from funnel.types import Candidate, Chunk, DocumentHit, RerankStatus
+from funnel.rerank.policies import RerankPolicy
+from funnel.retrieve.first_stage import Ranking
+from funnel.types import Chunk, DocumentHit, RerankStatus
 
 MAX_FRAMES = 10
 # The frames' list is fused with a small RRF k: the innermost frames' files must stay ahead of the next
@@ -102,11 +100,13 @@ class FileLocator:
         text = text or parsed.message
         query, trace_names, text_names = self.query_for(parsed, text)
         notes: list[str] = []
-        query = query[:MAX_QUERY_CHARS]  # as Pipeline.search does: BM25 over a 100 KB query scans the index
-        search = [c for c in first_stage(
-            pipeline.store, pipeline.embedder, query, config.candidates, pipeline.config.first_stage,
-            Filter(), max_per_document=pipeline.config.chunks_per_document,
-        ) if c.chunk.doc_id in self._rel]
+        # Cut as Pipeline.search cuts: BM25 over a 100 KB query scans the index. `auto` (the default policy)
+        # is what the repository index's calibration chose; uncalibrated, the first stage.
+        request = replace(
+            pipeline.plan(query[:MAX_QUERY_CHARS], k=config.k, policy=config.policy, filter=Filter(),
+                          candidates=config.candidates),
+            documents=frozenset(self._rel),
+        )
         frame_chunks, frame_labels, symbol_chunks, mention_chunks = [], {}, [], []
         if config.use_trace:
             frame_chunks, frame_labels = self._frame_chunks(parsed.frames)
@@ -115,19 +115,13 @@ class FileLocator:
             mention_chunks = self._definition_chunks(text_names)
             if parsed.frames and not frame_chunks:
                 notes.append("no frame of the trace is a file of this repository")
-        candidates = self._fuse(search, [
-            (frame_chunks, config.frame_weight, FRAME_RRF_K),
-            (symbol_chunks, config.symbol_weight, pipeline.config.first_stage.rrf_k),
-            (mention_chunks, config.mention_weight, pipeline.config.first_stage.rrf_k),
-        ])
+        extra = [Ranking(tuple(frame_chunks), config.frame_weight, FRAME_RRF_K),
+                 Ranking(tuple(symbol_chunks), config.symbol_weight), Ranking(tuple(mention_chunks), config.mention_weight)]
+        search = pipeline.first_stage(request)
+        candidates = pipeline.fuse(request, search, extra, config.search_weight)
         fused_ms = 1000 * (time.perf_counter() - started)
-        # `auto` (the default) is what the repository index's calibration chose; uncalibrated, the first stage.
-        resolved = pipeline.resolve_policy(config.policy or pipeline.config.policy)
-        second = second_stage(
-            query, candidates, pipeline.reranker, resolved.policy, pipeline.config.guaranteed,
-            pipeline.config.rrf_k, pipeline.config.rerank_timeout_s, resolved.weight,
-        )
-        documents = group(second.hits, config.k, pipeline.config.chunks_per_document)
+        second = pipeline.second_stage(request, candidates)
+        documents = pipeline.group(request, second.hits)
         rerank_ms = 1000 * (time.perf_counter() - started) - fused_ms
         frame_files = {c.doc_id for c in frame_chunks}
         symbol_files = {c.doc_id for c in symbol_chunks + mention_chunks}
@@ -143,7 +137,7 @@ class FileLocator:
                 frames=frame_labels.get(path, []), excerpt=_excerpt(best.text),
                 line_start=best.line_start, line_end=best.line_end,
             ))
-        return Localisation(files, documents, second.status, resolved.reason or second.reason, notes,
+        return Localisation(files, documents, second.status, request.policy.reason or second.reason, notes,
                             {"first_stage": round(fused_ms, 1), "rerank": round(rerank_ms, 1)})
 
     # ---- the three lists --------------------------------------------------------------------------
@@ -187,34 +181,6 @@ class FileLocator:
             if chosen is not None:
                 chunks.append(chosen)
         return chunks
-
-    def _fuse(self, search: list[Candidate], lists: list[tuple[list[Chunk], float, float]]) -> list[Candidate]:
-        """Weighted RRF of the signal lists (chunks, weight, k) and the search list."""
-        config = self.config
-        by_id = {c.chunk.chunk_id: c for c in search}
-        chunks = {c.chunk_id: c for chunk_list, _, _ in lists for c in chunk_list}
-        lists = [*lists, ([c.chunk for c in search], config.search_weight, self.pipeline.config.first_stage.rrf_k)]
-        fused = rrf([list(dict.fromkeys(c.chunk_id for c in chunk_list)) for chunk_list, _, _ in lists],
-                    weights=[weight for _, weight, _ in lists], ks=[k for _, _, k in lists])
-        injected = len(chunks)
-        per_doc: dict[str, int] = {}
-        out: list[Candidate] = []
-        cap = self.pipeline.config.chunks_per_document
-        for chunk_id, score in fused:
-            found = by_id.get(chunk_id)
-            chunk = found.chunk if found else chunks[chunk_id]
-            if per_doc.get(chunk.doc_id, 0) >= cap:
-                continue
-            per_doc[chunk.doc_id] = per_doc.get(chunk.doc_id, 0) + 1
-            rank = len(out) + 1
-            if found:
-                out.append(Candidate(chunk, rank, score, found.bm25_rank, found.bm25_score,
-                                     found.dense_rank, found.dense_score))
-            else:
-                out.append(Candidate(chunk, rank, score))
-            if len(out) >= max(config.candidates, injected):
-                break
-        return out
 
 
 def _root_of(doc_ids: list[str], repo_root: Path | None) -> str:
