@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from funnel import embed, generate, rerank
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import load_settings
 from funnel.errors import ConfigError, FunnelError
@@ -48,14 +49,13 @@ def styled(label: str, style: str, rest: str) -> Text:
 IndexOpt = Annotated[
     Optional[str], typer.Option("--index", help="index directory or postgresql:// URL [env FUNNEL_INDEX]")
 ]
-EmbedderOpt = Annotated[Optional[str], typer.Option(help="minilm | minilm-fp32 | hashing | DIR | st:NAME")]
+EmbedderOpt = Annotated[Optional[str], typer.Option(help=embed.REGISTRY.help())]
 KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
 PolicyOpt = Annotated[Optional[str], typer.Option(help="none | replace | guaranteed_slots | rrf")]
 RetrievalOpt = Annotated[Optional[str], typer.Option(help="hybrid | bm25 | dense")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-RerankerOpt = Annotated[
-    Optional[str], typer.Option(help="none | builtin | onnx:DIR | st:MODEL | lexical | ollama|cohere|tei|infinity:URL")
-]
+RerankerOpt = Annotated[Optional[str], typer.Option(help=rerank.REGISTRY.help())]
+LLM_HELP = generate.REGISTRY.help()
 
 
 def _fail(e: FunnelError) -> None:
@@ -337,7 +337,7 @@ def ask(
     k: KOpt = None,
     policy: PolicyOpt = None,
     reranker: RerankerOpt = None,
-    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL (default: extractive)")] = None,
+    llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (default: extractive)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="show the retrieval behind the answer")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -404,7 +404,7 @@ def serve(
     reranker: RerankerOpt = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads [env FUNNEL_DATA_DIR]")] = None,
     embedder: EmbedderOpt = None,
-    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL")] = None,
+    llm: Annotated[Optional[str], typer.Option(help=LLM_HELP)] = None,
     watch: Annotated[
         Optional[list[Path]], typer.Option("--watch", help="a folder kept in sync with a collection (repeatable)")
     ] = None,
@@ -469,7 +469,7 @@ def mcp_(
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
-    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL (default: extractive)")] = None,
+    llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (default: extractive)")] = None,
     repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root [env FUNNEL_REPO]")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections [env FUNNEL_DATA_DIR]")] = None,
 ) -> None:
@@ -501,7 +501,7 @@ def triage(
     index: IndexOpt = None,
     message: Annotated[str, typer.Option(help="the error message, when the trace does not carry it")] = "",
     service: Annotated[str, typer.Option(help="the service that failed")] = "cli",
-    llm: Annotated[Optional[str], typer.Option(help="none | ollama:URL | openai:URL")] = None,
+    llm: Annotated[Optional[str], typer.Option(help=LLM_HELP)] = None,
     reranker: RerankerOpt = None,
     slack: Annotated[bool, typer.Option("--slack/--no-slack", help="post to the configured Slack webhook")] = True,
     as_json: JsonOpt = False,

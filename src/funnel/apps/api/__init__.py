@@ -35,7 +35,8 @@ from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
 from funnel.apps.settings import Settings
-from funnel.embed import DEFAULT, load_embedder
+from funnel.embed import DEFAULT
+from funnel.embed import load as load_embedder
 from funnel.errors import ConfigError
 from funnel.rerank.base import Reranker
 

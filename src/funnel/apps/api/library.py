@@ -36,7 +36,7 @@ from funnel.apps.api.uploads import Upload, check, save
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, ConfigError, FunnelError, IngestError, NotFound, StoreError
 from funnel.generate.base import Generator
-from funnel.index.lance import LanceStore
+from funnel import index
 from funnel.ingest import SourceFile, load
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.base import Reranker
@@ -133,7 +133,7 @@ class Collection:
         self.root = root
         self.uploads = root / "uploads"
         self.uploads.mkdir(parents=True, exist_ok=True)
-        self.store = LanceStore(root / "index")
+        self.store = index.open(root / "index")
         self.registry = DocumentRegistry(root / "documents.json")
         self._services = services
         self._pipeline: Pipeline | None = None
@@ -516,7 +516,7 @@ class Library:
         """Each existing collection's second-stage choice (`calibration_summary`). Opens nothing and
         creates nothing: /health must not write to the data directory."""
         return {
-            name: calibration_summary(LanceStore(self.root / name / "index"), self.services.reranker)
+            name: calibration_summary(index.open(self.root / name / "index"), self.services.reranker)
             for name in self.names() if (self.root / name / MARKER).is_file()
         }
 
