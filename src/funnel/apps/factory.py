@@ -2,55 +2,37 @@
 
 from __future__ import annotations
 
+from funnel import embed, generate, index, rerank
 from funnel.apps.settings import Settings
-from funnel.embed import index_embedder, load_embedder
+from funnel.embed import index_embedder
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError
 from funnel.generate.base import Generator
-from funnel.index import open_store
 from funnel.ingest.walk import FileLimits
 from funnel.pipeline import Pipeline, SearchConfig
-from funnel.rerank import RERANKER_SPECS, load_reranker  # noqa: F401  (RERANKER_SPECS: re-exported)
+from funnel.rerank import RERANKER_SPECS  # noqa: F401  (re-exported for older imports)
 from funnel.rerank.base import Reranker
 from funnel.rerank.cache import CachedReranker
 from funnel.retrieve.first_stage import FirstStageConfig
 
-# The spec -> backend table lives with the rerankers; the apps call it through this name.
-build_reranker = load_reranker
+# The apps' older names for the registries' loaders.
+build_reranker = rerank.load
 
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
     """The configured reranker behind a score cache (a pair's score depends on nothing else, so a repeated
     query, `ask` after `search` or another eval variant never scores a pair twice)."""
     key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-    reranker = build_reranker(
+    reranker = rerank.load(
         settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s
     )
     return CachedReranker(reranker) if reranker is not None else None
 
 
-LLM_SPECS = ("none", "ollama:URL", "openai:URL")
-
-
 def build_chat(settings: Settings):
     """The chat LLM `settings.llm` names, or None. Cheap: connects to nothing."""
-    spec = settings.llm.strip()
-    if spec in ("", "none"):
-        return None
-    kind, sep, url = spec.partition(":")
-    if not sep or kind not in ("ollama", "openai"):
-        raise ConfigError(f"unknown llm {spec!r}; valid: {', '.join(LLM_SPECS)}")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"llm {kind}:URL needs an http:// or https:// URL, got {url!r}")
-    if kind == "ollama":
-        from funnel.generate.ollama import OllamaChat
-
-        return OllamaChat(url, model=settings.llm_model or "llama3.2", timeout=settings.llm_timeout_s)
-    from funnel.generate.openai_compat import OpenAIChat
-
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return OpenAIChat(url, model=settings.llm_model or "default", api_key=key, timeout=settings.llm_timeout_s,
-                      completion_prompt=settings.llm_completion)
+    return generate.load(settings.llm, model=settings.llm_model, api_key=key, timeout_s=settings.llm_timeout_s,
+                         completion=settings.llm_completion)
 
 
 def search_config(settings: Settings) -> SearchConfig:
@@ -90,8 +72,8 @@ def build_generator(chat, embedder: Embedder, context_tokens: int = 3000, answer
 
 def build_pipeline(settings: Settings) -> Pipeline:
     config = search_config(settings)
-    store = open_store(settings.index)
-    embedder = load_embedder(settings.embedder or index_embedder(store), settings.threads)
+    store = index.open(settings.index)
+    embedder = embed.load(settings.embedder or index_embedder(store), settings.threads)
     return Pipeline(
         store=store,
         embedder=embedder,

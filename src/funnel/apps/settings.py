@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from funnel import embed, generate, rerank
 from funnel.errors import ConfigError
 from funnel.rerank.policies import GuaranteedSlots, RerankPolicy, Rrf
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
@@ -19,7 +20,7 @@ class Settings(BaseSettings):
     # A string, not a Path: a postgresql:// URL must keep its double slash.
     index: str = Field(".funnel", description="index directory or postgresql:// URL")
     embedder: str | None = Field(
-        None, description="minilm | minilm-fp32 | hashing | model dir | st:NAME (default: the index's, else minilm)"
+        None, description=f"{embed.REGISTRY.help()} (default: the index's, else minilm)"
     )
     threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
     k: int = Field(5, ge=1, le=1000, description="documents returned")
@@ -34,8 +35,7 @@ class Settings(BaseSettings):
     dense_weight: float = Field(FirstStageConfig.dense_weight, ge=0)
     reranker: str = Field(
         "builtin",
-        description="second-stage backend: builtin | none | onnx:DIR | st:MODEL | lexical | "
-        "ollama:URL | cohere:URL | tei:URL | infinity:URL",
+        description=f"second-stage backend: {rerank.REGISTRY.help()}",
     )
     rerank_model: str | None = Field(None, description="model name sent to an HTTP rerank API")
     rerank_api_key: SecretStr | None = Field(None, description="bearer token for an HTTP rerank API")
@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
     max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
     max_pdf_mb: float = Field(100.0, gt=0, description="ingest: larger PDFs are skipped")
-    llm: str = Field("none", description="LLM for answers and triage: none | ollama:URL | openai:URL")
+    llm: str = Field("none", description=f"LLM for answers and triage: {generate.REGISTRY.help()}")
     llm_model: str | None = Field(None, description="model name sent to the LLM server")
     llm_api_key: SecretStr | None = Field(None, description="bearer token for an OpenAI-compatible server")
     llm_completion: bool = Field(False, description="base model without a chat template: use /v1/completions")

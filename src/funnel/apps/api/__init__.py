@@ -35,7 +35,8 @@ from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
 from funnel.apps.settings import Settings
-from funnel.embed import DEFAULT, load_embedder
+from funnel.embed import DEFAULT
+from funnel.embed import load as load_embedder
 from funnel.errors import ConfigError
 from funnel.ingest.loaders import upload_accept
 from funnel.rerank.base import Reranker
@@ -57,83 +58,76 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
         raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
     reranker = reranker if reranker is not None else reranker_from_settings(settings)
     chat = build_chat(settings)
-    embedder_spec = settings.embedder or DEFAULT
-    embedder = LazyEmbedder(lambda: load_embedder(embedder_spec, settings.threads))
+    embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
     generator = build_generator(chat, embedder, settings.llm_context_tokens, settings.llm_answer_tokens)
-    library = Library(
-        settings.data_dir,
-        Services(
-            embedder=embedder,
-            reranker=reranker,
-            generator=generator,
-            config=search_config(settings),
-            max_tokens=settings.max_tokens,
-            max_upload_bytes=settings.max_upload_mb * 2**20,
-        ),
-    )
-    watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
+    library = Library(settings.data_dir, Services(
+        embedder=embedder, reranker=reranker, generator=generator, config=search_config(settings),
+        max_tokens=settings.max_tokens, max_upload_bytes=settings.max_upload_mb * 2**20,
+    ))
     if triage is None and settings.repo is not None:
         from funnel.apps.triage.build import build_triage
 
         triage = build_triage(settings, reranker=reranker, chat=chat)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        warm_up = getattr(reranker, "warm_up", None)
-        if callable(warm_up):  # a model loads once, at start-up, not on the first request
-            await run_in_threadpool(warm_up)
-        if triage is not None and settings.repo is not None:
-            await run_in_threadpool(triage.pipeline.ingest, [settings.repo])
-        await run_in_threadpool(watched.start)
-        try:
-            yield
-        finally:
-            await run_in_threadpool(watched.close)  # a running sync is cancelled and rolls back
-            # Queued uploads stay "queued" in their registry and resume at the next start.
-            await run_in_threadpool(library.close)
-            owned = [reranker, chat] + ([triage.notifier, triage.chat] if triage is not None else [])
-            for client in owned:  # HTTP clients and model sessions
-                close = getattr(client, "close", None)
-                if callable(close):
-                    close()
-
     app = FastAPI(
         title="funnel",
         version=funnel.__version__,
         description="Local-first two-stage retrieval: ask your documents, search, rerank, triage.",
-        lifespan=lifespan,
+        lifespan=_lifespan,
     )
     state = app.state
-    state.settings = settings
-    state.reranker = reranker
-    state.triage = triage
-    state.chat = chat
-    state.generator = generator
-    state.generator_name = generator.name
-    state.embedder_spec = embedder_spec
-    state.embedder = embedder
+    state.settings, state.reranker, state.triage, state.chat = settings, reranker, triage, chat
+    state.generator, state.generator_name = generator, generator.name
+    state.embedder_spec, state.embedder = settings.embedder or DEFAULT, embedder
     state.library = library
-    state.watched = watched
+    state.watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
     state.metrics = Metrics()
     state.conversations = Conversations()
     state.rewriter = QueryRewriter(chat)
+    _add_routes(app)
+    _add_middleware(app, settings)
+    return app
 
-    install_error_handlers(app)
-    app.include_router(metrics.router)
-    app.include_router(rerank.router)
-    app.include_router(embeddings.router)
-    app.include_router(collections.router)
-    app.include_router(ask.router)
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    """Start-up: the reranker's model, the triage repository's ingest, the watchers. Shutdown: the reverse,
+    and every HTTP client and model session the app owns is closed."""
+    state = app.state
+    warm_up = getattr(state.reranker, "warm_up", None)
+    if callable(warm_up):  # a model loads once, at start-up, not on the first request
+        await run_in_threadpool(warm_up)
+    if state.triage is not None and state.settings.repo is not None:
+        await run_in_threadpool(state.triage.pipeline.ingest, [state.settings.repo])
+    await run_in_threadpool(state.watched.start)
+    try:
+        yield
+    finally:
+        await run_in_threadpool(state.watched.close)  # a running sync is cancelled and rolls back
+        # Queued uploads stay "queued" in their registry and resume at the next start.
+        await run_in_threadpool(state.library.close)
+        owned = [state.reranker, state.chat]
+        owned += [state.triage.notifier, state.triage.chat] if state.triage is not None else []
+        for client in owned:  # HTTP clients and model sessions
+            close = getattr(client, "close", None)
+            if callable(close):
+                close()
+
+
+def _add_routes(app: FastAPI) -> None:
     from funnel.apps.triage.routes import router as triage_router
 
-    app.include_router(triage_router)
+    install_error_handlers(app)
+    for router in (metrics.router, rerank.router, embeddings.router, collections.router, ask.router, triage_router):
+        app.include_router(router)
     _serve_web_page(app)
 
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
     app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_mb * 2**20)
     if settings.api_key is not None:
         app.add_middleware(ApiKeyAuth, key=settings.api_key.get_secret_value())
-    app.add_middleware(RequestMetrics, metrics=state.metrics)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -141,7 +135,6 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
             allow_methods=["*"],
             allow_headers=["*"],
         )
-    return app
 
 
 def _serve_web_page(app: FastAPI) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from pydantic import AfterValidator, BaseModel, Field
 
-from funnel.apps.factory import RERANKER_SPECS
+from funnel.rerank import REGISTRY as RERANKERS
 from funnel.errors import BackendUnavailable, UpstreamError
 from funnel.rerank.base import Reranker
 from funnel.types import Candidate, Chunk, RerankResult
@@ -108,7 +108,7 @@ def configured_reranker(request: Request) -> Reranker:
     if reranker is None:
         raise BackendUnavailable(
             "no reranker configured: start funnel serve with FUNNEL_RERANKER (or reranker in funnel.toml) "
-            f"set to one of {', '.join(s for s in RERANKER_SPECS if s != 'none')}"
+            f"set to one of {', '.join(s for s in RERANKERS.forms() if s != 'none')}"
         )
     return reranker
 

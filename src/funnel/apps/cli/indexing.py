@@ -1,0 +1,153 @@
+"""`funnel ingest` (with --watch) and `funnel calibrate`: the commands that change an index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from funnel.apps.cli.common import (
+    EmbedderOpt, IndexOpt, JsonOpt, RerankerOpt, StopOnce, app, err, fail, out, settings_from, styled,
+)
+from funnel.apps.cli.output import print_calibration
+from funnel.apps.factory import build_pipeline
+from funnel.errors import ConfigError, FunnelError
+from funnel.index import location_label
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+    calibrate: Annotated[
+        bool, typer.Option("--calibrate/--no-calibrate", help="measure the reranker on the new index afterwards")
+    ] = True,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="then keep the index in sync with the paths until Ctrl-C")
+    ] = False,
+) -> None:
+    """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index.
+    Then, when the index changed (or was never calibrated) and a reranker is configured, calibrate it.
+    With --watch, ingest again (incrementally) after every burst of changes."""
+    if any(not p.strip() for p in paths):
+        raise ConfigError("an empty path was given; name files or folders to ingest")
+    settings = settings_from(index=index, embedder=embedder, reranker=reranker)
+    stop = StopOnce("interrupted: stopping; the index keeps the last ingest that completed")
+    try:
+        with stop:
+            pipeline = build_pipeline(settings)
+            with Progress(
+                TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[document]}"), console=err, transient=True, disable=not err.is_terminal,
+            ) as bar:
+                task = bar.add_task("ingest", total=None, document="")
+
+                def pages(path: str, read: int, total: int) -> None:  # a long PDF shows how far it is
+                    bar.update(task, document=f"{path} p.{read}/{total}" if read < total else "")
+
+                report = pipeline.ingest(
+                    [Path(p) for p in paths],
+                    progress=lambda done, total: bar.update(task, completed=done, total=total), pages=pages,
+                )
+    except KeyboardInterrupt:
+        stop.say()
+        raise typer.Exit(130) from None
+    for problem in report.problems:
+        err.print(styled("skipped", "yellow", str(problem)))
+    out.print(
+        f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+        f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "
+        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
+        highlight=False,
+    )
+    if calibrate and pipeline.reranker is not None and (report.added or report.updated or report.removed
+                                                        or pipeline.calibration_problem() is not None):
+        _calibrate(pipeline, after_ingest=True)
+    if watch:
+        _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def _watch(pipeline, paths: list[str], index: str, said: set[str]) -> None:
+    """`ingest --watch`: the same incremental ingest after every burst of changes, until Ctrl-C (130).
+    A problem (an unreadable file) is said when it appears, not again at every sync."""
+    from funnel.apps.watch import FolderWatcher, describe
+
+    def sync() -> None:
+        report = pipeline.ingest([Path(p) for p in paths])
+        problems = {str(p) for p in report.problems}
+        for problem in sorted(problems - said):
+            err.print(styled("skipped", "yellow", problem))
+        said.intersection_update(problems)
+        said.update(problems)
+        if report.added or report.updated or report.removed:
+            out.print(f"synced: {describe(report)} in {report.seconds:.1f}s")
+
+    def failed(e: Exception) -> None:
+        err.print(styled("error:", "red", f"{e} (the index keeps the last sync; trying again)"))
+
+    local_index = [] if "://" in index else [Path(index)]
+    stop = StopOnce("interrupted: stopped watching; the index keeps the last ingest that completed")
+    out.print(f"watching {', '.join(paths)} for changes (Ctrl-C stops)")
+    try:
+        with stop:
+            FolderWatcher([Path(p) for p in paths], sync, ignore=local_index, told=failed).run()
+    except KeyboardInterrupt:
+        stop.say()
+        raise typer.Exit(130) from None
+
+
+def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False):
+    """Calibrate with a progress bar. After an ingest a failure (the reranker's server down, say) is a warning:
+    the ingest itself succeeded and `auto` keeps the previous choice or the first stage."""
+    from funnel.calibrate import DEFAULT_QUERIES
+
+    stop = StopOnce("interrupted: stopping; the previous calibration is kept")
+    try:
+        with stop, Progress(
+            TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=err, transient=True, disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task("calibrate", total=None)
+            result = pipeline.calibrate(
+                n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total)
+            )
+    except KeyboardInterrupt:
+        stop.say()
+        raise typer.Exit(130) from None
+    except FunnelError as e:
+        if not after_ingest:
+            fail(e)
+        err.print(styled("warning:", "yellow", f"{e} (run `funnel calibrate` again later)"))
+        return None
+    out.print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
+    return result
+
+
+@app.command(name="calibrate")
+def calibrate_(
+    index: IndexOpt = None,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+    queries: Annotated[
+        Optional[int], typer.Option(help="test queries to make from the documents [default: 120]", min=1, max=5000)
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure whether the reranker helps on this index, with queries made from its own documents, and
+    store the choice (policy and weight) with the index; `--policy auto` (the default) then uses it."""
+    settings = settings_from(index=index, embedder=embedder, reranker=reranker)
+    pipeline = build_pipeline(settings)
+    if pipeline.reranker is None:
+        raise ConfigError("no reranker is configured (reranker = none): there is nothing to calibrate")
+    result = _calibrate(pipeline, queries)
+    if as_json:
+        out.print_json(json.dumps(result.to_json()))
+        return
+    print_calibration(result)

@@ -1,0 +1,137 @@
+"""How the commands print: documents, answers, the explain table, and their JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from rich.table import Table
+from rich.text import Text
+
+from funnel.apps.cli.common import err, out, styled
+from funnel.types import Answer, SearchResult
+
+
+def print_calibration(result) -> None:
+    table = Table(title=f"MRR@10 on {result.queries} queries made from the index", title_justify="left")
+    table.add_column("option")
+    kinds = sorted(result.mrr_by_kind)
+    for column in ("all", *kinds):
+        table.add_column(column, justify="right")
+    for name, value in result.mrr.items():
+        marker = " (chosen)" if name == result.option else ""
+        table.add_row(name + marker, f"{value:.4f}", *[f"{result.mrr_by_kind[k][name]:.4f}" for k in kinds])
+    out.print(table)
+    out.print(f"answer in the first-stage window: {result.window_recall:.0%} of the queries; "
+              f"reranker {result.reranker}, embedder {result.embedder}")
+
+
+def print_documents(result: SearchResult) -> None:
+    if not result.documents:
+        out.print("no matching documents")
+    for doc in result.documents:
+        best = doc.best.chunk
+        out.print(Text.assemble((f"{doc.rank}. {doc.path}", "bold"), f" ({best.location})  score {doc.score:.4f}"))
+        snippet = " ".join(best.text.split())
+        out.print(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    print_status(result)
+
+
+def print_status(result: SearchResult) -> None:
+    reason = f" ({result.rerank_reason})" if result.rerank_reason else ""
+    timing = ", ".join(f"{name} {ms:.0f} ms" for name, ms in result.timings_ms.items())
+    err.print(f"rerank: {result.rerank_status.value}{reason}; policy {result.policy}; {timing}")
+    for note in result.notes:
+        err.print(styled("note:", "yellow", note))
+
+
+def print_explain(result: SearchResult) -> None:
+    table = Table(title=f"candidates for {result.query!r}", title_justify="left")
+    for column in ("final", "bm25", "dense", "fused", "rerank score", "slot", "document", "where"):
+        text_column = column in ("document", "where", "slot")
+        table.add_column(column, justify="left" if text_column else "right", overflow="fold")
+    for hit in result.hits:
+        c = hit.candidate
+        table.add_row(
+            str(hit.final_rank),
+            str(c.bm25_rank or "-"),
+            str(c.dense_rank or "-"),
+            str(c.fused_rank),
+            "-" if hit.rerank_score is None else f"{hit.rerank_score:.3f}",
+            "guaranteed" if hit.guaranteed else "past cap" if c.past_cap else "",
+            c.chunk.path,
+            c.chunk.location,
+        )
+    out.print(table)
+    out.print(window_note(result))
+
+
+def window_note(result: SearchResult) -> str:
+    """How full the second stage's window was, and whether the per-document cap shaped it."""
+    n = len(result.hits)
+    documents = len({h.chunk.doc_id for h in result.hits})
+    filled = sum(h.candidate.past_cap for h in result.hits)
+    scored = sum(h.rerank_score is not None for h in result.hits)
+    line = f"window: {n} candidates from {documents} document(s); the reranker scored {scored}"
+    if filled:
+        line += (f"; the cap of chunks per document would have left {n - filled}, so {filled} chunks past "
+                 "the cap (marked) filled the window")
+    return line
+
+
+def print_calibration_note(pipeline) -> None:
+    """Under --explain: what the index's calibration chose and why (or why there is none)."""
+    problem = pipeline.calibration_problem()
+    if problem is not None:
+        out.print(f"calibration: {problem}")
+        return
+    c = pipeline.calibration()
+    out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): {c.option} — {c.reason}")
+
+
+def print_answer(answer: Answer) -> None:
+    out.print(styled("Q:", "bold", answer.question))
+    out.print(answer.text)
+    out.print()
+    for c in answer.citations:
+        out.print(f"[{c.number}] {c.path} ({c.location})")
+    out.print(f"answered by: {answer.generator}", style="dim")
+    if answer.fallback_reason:
+        err.print(styled("note:", "yellow", f"the LLM did not answer ({answer.fallback_reason})"))
+    if answer.flags:
+        err.print(styled("flags:", "yellow", ", ".join(answer.flags)))
+    if answer.search is not None:
+        print_status(answer.search)
+
+
+def result_json(result: SearchResult) -> dict:
+    data = asdict(result)
+    data["rerank_status"] = result.rerank_status.value
+    return json.loads(json.dumps(data, default=str))
+
+
+def answer_json(answer: Answer) -> dict:
+    return {
+        "question": answer.question,
+        "answer": answer.text,
+        "generator": answer.generator,
+        "fallback_reason": answer.fallback_reason,
+        "flags": list(answer.flags),
+        "citations": [asdict(c) for c in answer.citations],
+        "search": result_json(answer.search) if answer.search else None,
+    }
+
+
+def show(pipeline, found: SearchResult | Answer, explain: bool, as_json: bool) -> None:
+    """`search`'s result or `ask`'s answer: as JSON, or printed, with the retrieval behind it under --explain."""
+    if as_json:
+        out.print_json(json.dumps(answer_json(found) if isinstance(found, Answer) else result_json(found)))
+        return
+    if isinstance(found, Answer):
+        print_answer(found)
+    else:
+        print_documents(found)
+    search = found.search if isinstance(found, Answer) else found
+    if explain and search is not None:
+        print_explain(search)
+        print_calibration_note(pipeline)
