@@ -71,15 +71,17 @@ def eval_(
     strict: Annotated[bool, typer.Option("--strict", help="fail when queries or judgments had to be left out")] = False,
 ) -> None:
     """Evaluate pipeline variants side by side, query by query; optionally gate on a baseline."""
-    from funnel.apps.eval_command import run_eval_command
+    from funnel.apps.eval_command import EvalOptions, run_eval_command
 
     settings = settings_from(index=index, embedder=embedder, reranker=reranker)
+    options = EvalOptions(
+        dataset=dataset, split=split, level=level, variants=variants, baseline=fail_if_worse_than or baseline,
+        out=out, limit=limit, corpus_sample=corpus_sample, documents=tuple(documents) if documents else documents,
+        depth=depth, index_given=index is not None, max_hurt=max_hurt, gate=fail_if_worse_than is not None,
+        strict=strict,
+    )
     try:
-        failures = run_eval_command(
-            settings, dataset, split, level, variants, fail_if_worse_than or baseline, out, limit,
-            corpus_sample, documents, depth, index is not None, max_hurt, gate=fail_if_worse_than is not None,
-            console=out_console(), err_console=err, strict=strict,
-        )
+        failures = run_eval_command(settings, options, out_console(), err)
     except KeyboardInterrupt:
         StopOnce("interrupted").say()
         raise typer.Exit(130) from None
