@@ -99,14 +99,14 @@ class SecondStage:
     def from_names(cls, reranker: str | Reranker | None = "builtin", policy: str | RerankPolicy | None = None,
                    **names) -> SecondStage:
         """From settings names (`reranker`, `policy`, `guaranteed`, `rerank_timeout_s`, `rerank_weight`,
-        `rrf_k`, `rerank_model`, `rerank_api_key`). Raises FunnelError."""
+        `rerank_rrf_k`, `rerank_model`, `rerank_api_key`). Raises FunnelError."""
         policy = DEFAULT_RERANK_POLICY if policy is None else RerankPolicy.parse(policy)
         if policy is RerankPolicy.AUTO:
             raise ConfigError("policy auto reads an index's calibration; over another retriever's documents "
                               "use none, replace, guaranteed_slots or rrf")
         settings, given = _settings(reranker, {**names, "policy": policy})
         built = given if given is not None else reranker_from_settings(settings)
-        return cls(built, policy, settings.guaranteed, settings.rrf_k, settings.rerank_timeout_s,
+        return cls(built, policy, settings.guaranteed, settings.rerank_rrf_k, settings.rerank_timeout_s,
                    settings.rerank_weight)
 
     def rerank(self, query: str, texts: Sequence[str], keys: Sequence[str] | None = None) -> list[Reranked]:
