@@ -2,6 +2,7 @@
 the set-up commands do to the system."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -44,3 +45,14 @@ def test_what_make_test_does_to_the_system_is_said_next_to_it():
     readme = (ROOT / "README.md").read_text()
     commands = readme[readme.index("## Two commands on a fresh machine"):readme.index("## Using it")]
     assert "apt-get install --no-install-recommends" in commands and "make test BROWSER=skip" in commands
+
+
+def test_architecture_md_names_only_paths_that_exist_and_every_package():
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"`((?:src|tests)/[\w/.\-]+?\.py)`", text))
+    assert len(named) > 10
+    assert not [p for p in named if not (ROOT / p).is_file()], "ARCHITECTURE.md names a file that moved"
+    tops = {p.name for p in SRC.iterdir() if p.name != "__init__.py" and not p.name.startswith("__")
+            and (p.is_dir() or p.suffix == ".py")}
+    missing = [t for t in sorted(tops) if f"`{t}/`" not in text and f"`{t}`" not in text and f"{t}/" not in text]
+    assert not missing, f"ARCHITECTURE.md's layers leave out {missing}"
