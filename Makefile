@@ -13,7 +13,7 @@ LLM_STAMP     := $(VENV)/.llm-installed
 LLM_LOG       := $(VENV)/llm-install.log
 LLM_FAILED    := $(VENV)/llm-unavailable.txt
 
-.PHONY: install run test soak reranker seed-stack clean
+.PHONY: install run test test-fast soak reranker seed-stack clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ run: install
 
 test: install $(LLM_STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The edit loop's lane: no real model, no process, server or PostgreSQL started per test (tests/conftest.py
+# marks those slow). `make test` stays the whole suite, and is what CI runs.
+test-fast: install
+	$(BIN)/python -m pytest -q -x -m "not model and not slow" -p no:cacheprovider
 
 # The full reliability suite (RELIABILITY.md): tests/reliability at soak size (FUNNEL_SOAK=1): 200 kill -9s
 # per store, fuzzing at ~10x the examples, every upstream fault repeated, `funnel serve` under mixed load for

@@ -182,6 +182,7 @@ class Down:
         raise ConnectionError("connection refused")
 
 
+@pytest.mark.slow
 def test_a_reranker_that_fails_stops_calibration_and_keeps_the_old_one(tmp_path, corpus):
     from funnel.errors import BackendUnavailable
 

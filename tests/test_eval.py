@@ -186,6 +186,7 @@ def test_the_sample_question_set_loads():
     assert all(s.qrels[q] and s.answers[q] for q in s.queries)
 
 
+@pytest.mark.slow
 def test_every_expected_answer_is_in_its_source_text():
     s = load_questions(QUESTIONS).evalset
     docs = ROOT / "samples" / "docs"
@@ -288,6 +289,7 @@ def _agrees_with_ranx(qrels, rankings):
             assert value == pytest.approx(float(run.scores[metric][qid]), abs=1e-6), (metric, qid)
 
 
+@pytest.mark.slow
 def test_metrics_agree_with_ranx_on_random_graded_rankings():
     rng = random.Random(7)
     docs = [f"d{i}" for i in range(150)]
@@ -318,6 +320,7 @@ def _bm25(corpus: dict[str, str], queries: dict[str, str], depth=100, k1=0.9, b=
 
 
 @needs_datasets
+@pytest.mark.slow
 def test_metrics_agree_with_ranx_on_a_bm25_run_over_scifact():
     s = load_beir(DATASETS / "scifact", "test")
     qids = list(s.queries)[:50]

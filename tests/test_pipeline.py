@@ -91,6 +91,7 @@ def test_a_failed_ingest_leaves_the_previous_index_readable(tmp_path, corpus):
     assert p.ingest([corpus]).problems == []
 
 
+@pytest.mark.slow
 def test_a_killed_ingest_leaves_the_previous_index_readable(tmp_path, corpus):
     make(tmp_path).ingest([corpus])
     before = LanceStore(tmp_path / "index").document_hashes()

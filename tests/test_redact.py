@@ -201,6 +201,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.slow
 def test_a_ten_megabyte_trace_in_a_few_seconds():
     text = ADVERSARIAL["trace"](10_000_000)[:10_000_000]
     start = time.perf_counter()
@@ -211,6 +212,7 @@ def test_a_ten_megabyte_trace_in_a_few_seconds():
     assert elapsed < 120, f"{elapsed:.1f}s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_inputs_built_to_backtrack_stay_linear(kind):
     text = ADVERSARIAL[kind](2_000_000)[:2_000_000]
@@ -221,6 +223,7 @@ def test_inputs_built_to_backtrack_stay_linear(kind):
     assert elapsed < 60, f"{kind}: {elapsed:.1f}s"
 
 
+@pytest.mark.slow
 def test_time_grows_linearly():
     """Four times the input takes about four times as long (quadratic would be sixteen)."""
     for kind in ("jwt-starts", "url-userinfo", "keywords", "pem-begins", "open-quotes"):

@@ -715,7 +715,8 @@ def test_large_and_adversarial_inputs_are_fast(name):
     text = ADVERSARIAL[name]()
     assert len(text) > 9_900_000  # about 10 MB
     parsed, seconds = _timed(text)
-    assert seconds < 1.5, f"{seconds:.2f}s"
+    # 0.05-0.4 s idle; over 1.5 s was seen on a loaded machine. Backtracking on 10 MB would take hours.
+    assert seconds < 20, f"{seconds:.2f}s"
     assert parsed.notes[0].startswith("trace cut")
 
 
