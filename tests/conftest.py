@@ -1,9 +1,16 @@
+import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from pg_support import pg_dsn, pg_server  # noqa: E402,F401  (fixtures: a real PostgreSQL for any test file)
+
+# Run in the background (`nohup make test &`), a shell starts pytest with SIGINT ignored, and every child the
+# tests start inherits that: the Ctrl-C tests then see processes that cannot be interrupted. A Python handler
+# here is reset to the default in each child at exec, so the children get Ctrl-C as they would from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
