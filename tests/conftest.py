@@ -16,15 +16,15 @@ import pytest  # noqa: E402
 
 # `make test-fast` runs `-m "not model and not slow"`. Besides the tests marked by hand, these count as slow:
 # every test in a module that starts the CLI, a server or PostgreSQL for its tests, every reliability test,
-# and every test that runs the real `funnel` CLI (`test_cli_*`).
+# and every test that runs the real `funnel` CLI (`test_cli_*`, `test_funnel_serve_*`).
 PROCESS_MODULES = {
     "test_cli.py", "test_api_ask.py", "test_api_collections.py", "test_api_ingest_jobs.py",
-    "test_store_postgres.py", "test_triage_api.py", "test_export_checkpoint.py",
+    "test_store_postgres.py", "test_triage_api.py", "test_export_checkpoint.py", "test_mcp.py",
 }
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         path = item.path
-        if path.name in PROCESS_MODULES or "reliability" in path.parts or item.name.startswith("test_cli"):
+        if path.name in PROCESS_MODULES or "reliability" in path.parts or item.name.startswith(("test_cli", "test_funnel_serve")):
             item.add_marker(pytest.mark.slow)

@@ -1,6 +1,7 @@
 """An answer never ends on a lead-in: a sentence ending in a colon keeps its list (issue 16, part 3)."""
 
 import numpy as np
+import pytest
 
 from funnel.embed import HashingEmbedder
 from funnel.generate.context import with_continuations
@@ -36,6 +37,7 @@ def test_a_lead_in_to_one_sentence_takes_that_sentence():
     assert split_sentences(c) == ["Note the following: the cache is cleared every night at two."]
 
 
+@pytest.mark.slow
 def test_a_lead_in_ending_its_chunk_brings_the_next_chunk_into_the_answer(tmp_path):
     embedder = HashingEmbedder(dim=32)
     store = LanceStore(tmp_path / "index")

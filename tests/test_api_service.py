@@ -78,6 +78,7 @@ def test_a_short_api_key_is_refused():
         create_app(Settings(api_key="  "))
 
 
+@pytest.mark.slow
 def test_metrics_count_routes_and_time_stages(tmp_path):
     app = create_app(Settings(embedder="hashing", data_dir=tmp_path))
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:

@@ -92,6 +92,7 @@ def test_queries_are_taken_out_of_the_chunks_that_answer_them(corpus):
         "x", 0, "x.pdf\nsome words here", title="report_2024.pdf"), rng) is None
 
 
+@pytest.mark.slow
 def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     result = calibrate(store, EMB, Oracle(corpus), n_queries=40)
@@ -101,6 +102,7 @@ def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
 
 
+@pytest.mark.slow
 def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     result = calibrate(store, EMB, Oracle(corpus, invert=True), n_queries=40)
@@ -116,6 +118,7 @@ def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):
     assert result.reason.startswith("too small to calibrate")
 
 
+@pytest.mark.slow
 def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     oracle = Oracle(corpus)
@@ -143,6 +146,7 @@ def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
     assert other.calibration_problem().startswith("calibrated with reranker oracle")
 
 
+@pytest.mark.slow
 def test_an_interrupted_calibration_keeps_the_previous_one(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     first = Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)

@@ -106,6 +106,7 @@ def test_a_rotated_page_is_read(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_damaged_pdfs_load_or_fail_with_one_line(tmp_path):
     # Bytes flipped inside a real PDF (fonts, content streams, the xref): each either loads or is one
     # IngestError line; never another exception, never a traceback.
