@@ -219,6 +219,32 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line(tmp_path):
     assert process.returncode == 130 and err.strip().splitlines() == ["interrupted"], err
 
 
+def test_a_ctrl_c_inside_a_finalizer_after_the_work_stops_the_command_with_one_line(tmp_path, docs):
+    # CI's crash suite: the Ctrl-C landed while psycopg's connection was being collected, after the ingest
+    # had committed; Python printed "Exception ignored in BaseConnection.__del__" with a traceback and
+    # dropped the Ctrl-C. Here a finalizer that runs right after the ingest's summary gets the Ctrl-C.
+    code = ("import os, signal, time\n"
+            "class Held:\n"
+            "    def __del__(self):\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        time.sleep(2)\n"
+            "import funnel.apps.cli.indexing as indexing\n"
+            "said = indexing.out.print\n"
+            "def say_then_collect(*a, **k):\n"
+            "    said(*a, **k)\n"
+            "    Held()\n"
+            "    time.sleep(2)  # work goes on: the Ctrl-C must stop it\n"
+            "indexing.out.print = say_then_collect\n"
+            "from funnel.apps.cli import run\nrun()\n")
+    result = subprocess.run([sys.executable, "-c", code, "ingest", str(docs / "acme.txt"), "--no-calibrate"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
+    no_traceback(result)
+    assert "Exception ignored" not in result.stderr
+    assert "1 added" in result.stdout and result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "interrupted"
+
+
 def test_a_ctrl_c_while_the_process_shuts_down_is_not_a_traceback(tmp_path, docs):
     # The ingest was done and committed; a Ctrl-C in the interpreter's shutdown (joining threads, atexit)
     # printed "Exception ignored ... KeyboardInterrupt" with a traceback (found by the crash suite).

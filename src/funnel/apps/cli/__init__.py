@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 import typer
 
 # The commands register on `app` when their modules are imported, in the order `funnel --help` lists them.
 from funnel.apps.cli import indexing, query, serving, triage  # noqa: F401
-from funnel.apps.cli.common import StopOnce, app, err, out, out_console, styled
+from funnel.apps.cli.common import StopOnce, app, err, out, out_console, redeliver_dropped_interrupts, styled
 from funnel.apps.cli.output import window_note
 from funnel.apps.cli.serving import exposure_warning
 from funnel.errors import FunnelError
@@ -31,6 +32,7 @@ __all__ = ["app", "exposure_warning", "out", "out_console", "run", "window_note"
 
 def run() -> None:
     """Console entry point: a user mistake never ends in a traceback; neither does a bug (-v shows it)."""
+    sys.unraisablehook = redeliver_dropped_interrupts
     try:
         _run()
     finally:
@@ -53,8 +55,19 @@ def _quiet_exit() -> None:
 
 
 def _exit_now(signum, frame) -> None:
-    os.write(2, b"interrupted while exiting; the command had finished\n")
+    if not StopOnce.said_any:  # one line per command: an "interrupted" already said is enough
+        os.write(2, b"interrupted while exiting; the command had finished\n")
     os._exit(130)
+
+
+def _interrupted() -> NoReturn:
+    """A Ctrl-C reached the top: one line and 130. A second one from here on ends the process at once,
+    silently, instead of cutting the exit short with a traceback."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        StopOnce.said_any = True
+        signal.signal(signal.SIGINT, _exit_now)
+    err.print("interrupted")
+    sys.exit(130)
 
 
 def _run() -> None:
@@ -65,8 +78,7 @@ def _run() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except typer.Abort:
-        err.print("interrupted")
-        sys.exit(130)
+        _interrupted()
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except click_exceptions.ClickException as e:  # usage errors: typer/click format them
@@ -76,8 +88,7 @@ def _run() -> None:
         err.print(styled("error:", "red", str(e)))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+        _interrupted()
     except Exception as e:
         if logging.getLogger().isEnabledFor(logging.INFO):
             err.print_exception()

@@ -55,6 +55,24 @@ def out_console() -> Console:
     return out
 
 
+def deliver_again() -> None:
+    """Python prints and drops a KeyboardInterrupt raised while a finalizer (a weakref callback, a __del__,
+    such as psycopg's connection being collected) runs: deliver it again, or that Ctrl-C would stop nothing
+    and print a traceback. From another thread, a moment later: raised now, it would be dropped too."""
+    again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+    again.daemon = True
+    again.start()
+
+
+def redeliver_dropped_interrupts(unraisable, previous=sys.unraisablehook) -> None:
+    """The process's `sys.unraisablehook` outside a StopOnce: the same redelivery, whatever handler is in
+    force then (Python's own raises KeyboardInterrupt in the main code, which `run()` turns into one line)."""
+    if unraisable.exc_type is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
+        deliver_again()
+    else:
+        previous(unraisable)
+
+
 class StopOnce:
     """A context in which the first Ctrl-C says `message` and stops the command (KeyboardInterrupt, so
     transactions roll back), and later ones are ignored until the process ends. A second
@@ -82,14 +100,9 @@ class StopOnce:
         raise KeyboardInterrupt
 
     def _dropped(self, unraisable) -> None:
-        # Python prints and drops a KeyboardInterrupt raised while a finalizer (a weakref callback, a
-        # __del__) runs: deliver it again, or that Ctrl-C would stop nothing and ignore the next ones.
-        # From another thread, a moment later: raised now, it would land in this hook and be dropped too.
         if unraisable.exc_type is KeyboardInterrupt and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._first)
-            again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
-            again.daemon = True
-            again.start()
+            deliver_again()
         else:
             self._previous_hook(unraisable)
 
