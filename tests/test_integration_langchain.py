@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough  # noqa
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
 from funnel.integrations.langchain import FunnelReranker, FunnelRetriever  # noqa: E402
+from funnel.rerank.policies import GuaranteedSlots  # noqa: E402
 
 pytestmark = pytest.mark.model
 
@@ -110,7 +111,7 @@ def test_retriever_bad_input_is_a_value_error_with_funnels_message(index, tmp_pa
 def test_reranker_defaults_to_the_int8_builtin_on_plain_documents():
     reranker = FunnelReranker()
     assert reranker.second_stage.reranker.name == "funnel-reranker-minilm-int8"
-    assert reranker.second_stage.policy.value == "guaranteed_slots" and reranker.second_stage.guaranteed == 2
+    assert reranker.second_stage.policy == GuaranteedSlots(g=2)
     texts = ["The weather is mild in spring.", "Bananas are yellow.", "Paris is the capital of France.",
              "Iris Kallas is the CEO of Zentara Robotics.", "Tea is brewed with hot water."]
     docs = [Document(page_content=t, metadata={"n": i}) for i, t in enumerate(texts)]

@@ -4,7 +4,7 @@ import pytest
 
 from funnel.errors import ConfigError
 from funnel.group import group
-from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.rerank.policies import GuaranteedSlots, PolicyParams, RerankPolicy, Rrf, second_stage
 from funnel.types import RerankResult, RerankStatus
 
 from helpers import FailingReranker, ScriptedReranker, candidates
@@ -25,7 +25,7 @@ def test_seed_001_table_row_survives_a_reranker_that_scores_it_lowest():
     assert "ceo_row" not in top3  # the seed 001 failure, reproduced
 
     kept = second_stage(
-        "Who is the CEO of Zentara Robotics?", cands, reranker, RerankPolicy.GUARANTEED_SLOTS, guaranteed=2
+        "Who is the CEO of Zentara Robotics?", cands, reranker, GuaranteedSlots(2)
     )
     top3 = [d.doc_id for d in group(kept.hits, k=3)]
     assert top3 == ["ceo_row", "history", "culture"]  # 2 guaranteed + the reranker's best of the rest
@@ -36,7 +36,7 @@ def test_seed_001_table_row_survives_a_reranker_that_scores_it_lowest():
 def test_guaranteed_slots_count_documents_and_keep_their_chunks_in_first_stage_order():
     cands = candidates(["a", "b", "c", "a", "d"])
     reranker = ScriptedReranker({"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.5})
-    result = second_stage("q", cands, reranker, RerankPolicy.GUARANTEED_SLOTS, guaranteed=2)
+    result = second_stage("q", cands, reranker, GuaranteedSlots(g=2))
     assert [h.chunk.chunk_id for h in result.hits if h.guaranteed] == ["a#0", "b#0", "a#1"]
     assert [h.chunk.chunk_id for h in result.hits] == ["a#0", "b#0", "a#1", "c#0", "d#0"]
     assert [d.doc_id for d in group(result.hits, k=3)] == ["a", "b", "c"]
@@ -53,7 +53,7 @@ def test_replace_orders_by_reranker_and_reports_ranks():
 
 def test_rrf_policy_fuses_first_stage_and_reranker_ranks():
     cands = candidates(["a", "b", "c"])
-    result = second_stage("q", cands, ScriptedReranker({"a": 0.0, "b": 1.0, "c": 0.5}), RerankPolicy.RRF, rrf_k=60)
+    result = second_stage("q", cands, ScriptedReranker({"a": 0.0, "b": 1.0, "c": 0.5}), Rrf(k=60))
     # a: 1/61 + 1/63, b: 1/62 + 1/61, c: 1/63 + 1/62
     assert order(result) == ["b", "a", "c"]
     assert result.hits[0].final_score == pytest.approx(1 / 62 + 1 / 61)
@@ -133,73 +133,76 @@ def test_group_counts_documents_and_keeps_best_chunk_first():
 
 
 def test_weighted_rrf_matches_the_closed_form():
-    from funnel.rerank.policies import apply_policy
-
     from helpers import candidates as make
 
     cands = make(["a", "b", "c", "d", "e"])
     scores = [0.1, 0.9, 0.5, 0.8, 0.2]  # reranker ranks: b=1, d=2, c=3, e=4, a=5
     rerank_rank = {i: r for r, i in enumerate(sorted(range(5), key=lambda i: -scores[i]), start=1)}
     for weight in (0.25, 1.0, 2.0):
-        hits = apply_policy(RerankPolicy.RRF, cands, scores, rrf_k=60.0, weight=weight)
+        hits = Rrf(k=60.0, weight=weight).order(cands, scores)
         expected = sorted(range(5), key=lambda i: -(1 / (60 + i + 1) + weight / (60 + rerank_rank[i])))
         assert [h.chunk.doc_id for h in hits] == [cands[i].chunk.doc_id for i in expected]
         assert hits[0].final_score == pytest.approx(max(1 / (61 + i) + weight / (60 + rerank_rank[i]) for i in range(5)))
-    unweighted = apply_policy(RerankPolicy.RRF, cands, scores, rrf_k=60.0, weight=0.0)
+    unweighted = Rrf(k=60.0, weight=0.0).order(cands, scores)
     assert [h.chunk.doc_id for h in unweighted] == ["a", "b", "c", "d", "e"]  # weight 0: the first-stage order
-    with pytest.raises(ValueError, match="auto policy is resolved"):
-        apply_policy(RerankPolicy.AUTO, cands, scores)
 
 
 def test_a_policy_object_carries_its_parameters_and_a_name_parses_into_one():
     from dataclasses import replace
 
-    from funnel.rerank.policies import FirstStageOnly, GuaranteedSlots, Replace, Rrf, policy_of
+    from funnel.rerank.policies import FirstStageOnly, Replace
 
-    assert policy_of("guaranteed_slots") == GuaranteedSlots() and GuaranteedSlots().g == 2
-    assert policy_of(RerankPolicy.RRF, rrf_k=10, weight=0.5) == Rrf(k=10, weight=0.5)
-    assert policy_of("rrf") == Rrf() and (Rrf().k, Rrf().weight) == (60.0, 1.0)
-    assert (policy_of("none"), policy_of("replace")) == (FirstStageOnly(), Replace())
+    defaults = PolicyParams()
+    assert defaults.policy_of("guaranteed_slots") == GuaranteedSlots() and GuaranteedSlots().g == 2
+    assert PolicyParams(rerank_rrf_k=10, rerank_weight=0.5).policy_of(RerankPolicy.RRF) == Rrf(k=10, weight=0.5)
+    assert defaults.policy_of("rrf", weight=0.25) == Rrf(weight=0.25)  # a calibration's or a variant's weight
+    assert defaults.policy_of("rrf") == Rrf() and (Rrf().k, Rrf().weight) == (60.0, 1.0)
+    assert (defaults.policy_of("none"), defaults.policy_of("replace")) == (FirstStageOnly(), Replace())
     assert [p.kind for p in (FirstStageOnly(), Replace(), GuaranteedSlots(), Rrf())] == [
         RerankPolicy.NONE, RerankPolicy.REPLACE, RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF]
     with pytest.raises(ValueError, match="auto"):
-        policy_of("auto")
+        defaults.policy_of("auto")
     with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
         GuaranteedSlots(-1)
+    with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
+        PolicyParams(guaranteed=-1)  # the parameters are checked by the policies they feed
     with pytest.raises(ConfigError, match="reranker weight must be 0 or more"):
         replace(Rrf(), weight=-1.0)  # an override is checked as a new policy is
 
 
-def test_second_stage_under_a_policy_object_is_the_named_policy_with_those_parameters():
-    from funnel.rerank.policies import GuaranteedSlots, Rrf
-
+def test_second_stage_under_a_policy_name_is_that_policy_with_its_default_parameters():
     cands = candidates(["a", "b", "a", "c", "d"])
     reranker = ScriptedReranker({"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.5})
-    for obj, name, params in [
-        (GuaranteedSlots(1), RerankPolicy.GUARANTEED_SLOTS, {"guaranteed": 1}),
-        (Rrf(k=5, weight=2.0), RerankPolicy.RRF, {"rrf_k": 5, "weight": 2.0}),
-    ]:
-        by_object = second_stage("q", cands, reranker, obj)
-        by_name = second_stage("q", cands, reranker, name, **params)
+    for name in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF, RerankPolicy.REPLACE):
+        by_object = second_stage("q", cands, reranker, PolicyParams().policy_of(name))
+        by_name = second_stage("q", cands, reranker, name)
         assert [(h.chunk.chunk_id, h.final_score, h.guaranteed) for h in by_object.hits] == [
             (h.chunk.chunk_id, h.final_score, h.guaranteed) for h in by_name.hits]
     assert order(second_stage("q", cands, reranker, GuaranteedSlots(1)))[:2] == ["a", "a"]
 
 
-def test_search_config_and_settings_take_their_defaults_from_the_policies():
+def test_search_config_and_settings_take_their_policy_parameters_from_the_core():
+    from dataclasses import fields
+
     from funnel.apps.factory import search_config
-    from funnel.apps.settings import Settings
+    from funnel.apps.settings import Settings, load_settings
     from funnel.pipeline import SearchConfig
-    from funnel.rerank.policies import GuaranteedSlots, Rrf
     from funnel.retrieve.first_stage import FirstStageConfig
 
     config = SearchConfig()
-    assert (config.guaranteed, config.rrf_k, config.rerank_weight) == (GuaranteedSlots().g, Rrf().k, Rrf().weight)
-    assert config.policy_of(RerankPolicy.RRF, weight=0.5) == Rrf(k=config.rrf_k, weight=0.5)
-    fields = Settings.model_fields
-    assert fields["guaranteed"].default == GuaranteedSlots().g
-    assert (fields["rerank_rrf_k"].default, fields["rerank_weight"].default) == (Rrf().k, Rrf().weight)
-    assert fields["rrf_k"].default == FirstStageConfig().rrf_k
+    assert (config.guaranteed, config.rerank_rrf_k, config.rerank_weight) == (GuaranteedSlots().g, Rrf().k, Rrf().weight)
+    assert config.policy_of(RerankPolicy.RRF, weight=0.5) == Rrf(k=config.rerank_rrf_k, weight=0.5)
+    # Every PolicyParams field is a setting with the core's default and range: a new parameter needs no
+    # edit outside funnel/rerank/policies.py.
+    settings_fields = Settings.model_fields
+    for f in fields(PolicyParams):
+        assert settings_fields[f.name].default == f.default, f.name
+        assert settings_fields[f.name].description == f.metadata["description"], f.name
+        with pytest.raises(ConfigError, match=f"invalid setting {f.name}"):
+            load_settings(**{f.name: -1})
+    assert settings_fields["rrf_k"].default == FirstStageConfig().rrf_k
     # rrf_k is the first stage's fusion k; rerank_rrf_k the rrf policy's: one no longer sets the other.
-    built = search_config(Settings(rrf_k=10, rerank_rrf_k=30))
-    assert (built.first_stage.rrf_k, built.rrf_k) == (10, 30)
+    built = search_config(Settings(rrf_k=10, rerank_rrf_k=30, guaranteed=4, rerank_weight=0.5))
+    assert (built.first_stage.rrf_k, built.rerank_rrf_k, built.guaranteed, built.rerank_weight) == (10, 30, 4, 0.5)
+    with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
+        SearchConfig(guaranteed=-1)

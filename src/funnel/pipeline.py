@@ -21,7 +21,7 @@ from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import (
-    FirstStageOnly, GuaranteedSlots, Policy, RerankPolicy, Rrf, SecondStageResult, policy_of, second_stage,
+    FirstStageOnly, Policy, PolicyParams, RerankPolicy, Rrf, SecondStageResult, second_stage,
 )
 from funnel.retrieve.first_stage import FirstStageConfig, Ranking, Retrieval, fuse, fuse_rankings, retrieve
 from funnel.types import Answer, Candidate, DocumentHit, Hit, SearchResult
@@ -31,15 +31,14 @@ MAX_QUERY_CHARS = 4000
 
 
 @dataclass(frozen=True)
-class SearchConfig:
+class SearchConfig(PolicyParams):
+    """How a search runs: the explicit policies' parameters (`PolicyParams`: `guaranteed`, `rerank_weight`,
+    `rerank_rrf_k`) and the rest."""
+
     k: int = 5  # documents returned
     candidates: int = 25  # chunks handed to the second stage (over-fetch)
     first_stage: FirstStageConfig = field(default_factory=FirstStageConfig)
     policy: RerankPolicy = RerankPolicy.AUTO  # auto: the index's calibration decides (funnel.calibrate)
-    # The explicit policies' parameters; their defaults are the policy objects' own.
-    guaranteed: int = GuaranteedSlots.g
-    rrf_k: float = Rrf.k  # the rrf policy's k (the first stage's fusion has its own, `first_stage.rrf_k`)
-    rerank_weight: float = Rrf.weight  # the reranker's weight under an explicit rrf policy
     rerank_timeout_s: float | None = 30.0
     chunks_per_document: int = 3
 
@@ -48,12 +47,7 @@ class SearchConfig:
             raise ConfigError(f"k must be at least 1, got {self.k}")
         if self.candidates < 1:
             raise ConfigError(f"candidates must be at least 1, got {self.candidates}")
-        for kind in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF):
-            self.policy_of(kind)  # each policy checks its own parameters
-
-    def policy_of(self, kind: RerankPolicy, weight: float | None = None) -> Policy:
-        """The policy object `kind` names with this config's parameters (`weight`: the reranker's under rrf)."""
-        return policy_of(kind, self.guaranteed, self.rrf_k, self.rerank_weight if weight is None else weight)
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

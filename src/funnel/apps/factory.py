@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from funnel import embed, generate, index, rerank
 from funnel.apps.settings import Settings
 from funnel.embed import index_embedder
@@ -12,6 +14,7 @@ from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank import RERANKER_SPECS  # noqa: F401  (re-exported for older imports)
 from funnel.rerank.base import Reranker
 from funnel.rerank.cache import CachedReranker
+from funnel.rerank.policies import PolicyParams
 from funnel.retrieve.first_stage import FirstStageConfig
 
 # The apps' older names for the registries' loaders.
@@ -49,11 +52,14 @@ def search_config(settings: Settings) -> SearchConfig:
             dense_weight=settings.dense_weight,
         ),
         policy=settings.policy,
-        rerank_weight=settings.rerank_weight,
-        guaranteed=settings.guaranteed,
-        rrf_k=settings.rerank_rrf_k,
         rerank_timeout_s=settings.rerank_timeout_s,
+        **policy_params(settings),
     )
+
+
+def policy_params(settings: Settings) -> dict:
+    """The policy parameters settings hold, by `PolicyParams`' names (the settings were made from them)."""
+    return {f.name: getattr(settings, f.name) for f in fields(PolicyParams)}
 
 
 def build_generator(chat, embedder: Embedder, context_tokens: int = 3000, answer_tokens: int = 512) -> Generator:

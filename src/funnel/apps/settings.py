@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
+from typing import get_type_hints
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from funnel import embed, generate, rerank
 from funnel.errors import ConfigError
-from funnel.rerank.policies import GuaranteedSlots, RerankPolicy, Rrf
+from funnel.rerank.policies import PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
 
 
-class Settings(BaseSettings):
+class _Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml")
 
     # A string, not a Path: a postgresql:// URL must keep its double slash.
@@ -42,11 +44,7 @@ class Settings(BaseSettings):
     policy: RerankPolicy = Field(
         RerankPolicy.AUTO, description="auto (the index's calibration) | none | replace | guaranteed_slots | rrf"
     )
-    rerank_weight: float = Field(Rrf.weight, ge=0, description="the reranker's weight under policy rrf")
-    rerank_rrf_k: float = Field(Rrf.k, gt=0, description="the RRF k of policy rrf (first stage + reranker)")
-    guaranteed: int = Field(
-        GuaranteedSlots.g, ge=0, description="first-stage documents a reranker may not displace"
-    )
+    # ... and one setting per policy parameter, made from `PolicyParams` below the class.
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
     max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
@@ -91,6 +89,17 @@ class Settings(BaseSettings):
             raise ConfigError(f"FUNNEL_CONFIG names {named}, which is not a file")
         toml = TomlConfigSettingsSource(settings_cls, toml_file=named or "funnel.toml")
         return (init_settings, env_settings, toml)
+
+
+def _policy_settings() -> dict:
+    """One setting per `PolicyParams` field: its name, type, default and range come from the core, so a new
+    policy parameter is added in `funnel/rerank/policies.py` alone."""
+    types = get_type_hints(PolicyParams)
+    return {f.name: (types[f.name], Field(f.default, **f.metadata)) for f in fields(PolicyParams)}
+
+
+Settings = create_model("Settings", __base__=_Settings, __module__=__name__, **_policy_settings())
+Settings.__doc__ = "funnel's settings: flags > FUNNEL_* environment > funnel.toml > defaults."
 
 
 def load_settings(**overrides) -> Settings:

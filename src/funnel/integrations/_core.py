@@ -19,13 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
-from funnel.apps.factory import build_pipeline, reranker_from_settings
+from funnel.apps.factory import build_pipeline, policy_params, reranker_from_settings
 from funnel.apps.settings import Settings, load_settings
 from funnel.errors import ConfigError, FunnelError, StoreError
 from funnel.index import location_label
 from funnel.pipeline import Pipeline
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.rerank.policies import Policy, PolicyParams, RerankPolicy, second_stage
 from funnel.types import Candidate, Chunk, DocumentHit, Hit, SearchResult
 
 # The policy a reranker over another retriever's documents runs under unless told otherwise: `auto` reads
@@ -89,11 +89,8 @@ class SecondStage:
     """A reranker under a policy, run over texts in another retriever's order."""
 
     reranker: Reranker | None
-    policy: RerankPolicy
-    guaranteed: int
-    rrf_k: float
+    policy: Policy
     timeout_s: float
-    weight: float
 
     @classmethod
     def from_names(cls, reranker: str | Reranker | None = "builtin", policy: str | RerankPolicy | None = None,
@@ -106,8 +103,7 @@ class SecondStage:
                               "use none, replace, guaranteed_slots or rrf")
         settings, given = _settings(reranker, {**names, "policy": policy})
         built = given if given is not None else reranker_from_settings(settings)
-        return cls(built, policy, settings.guaranteed, settings.rerank_rrf_k, settings.rerank_timeout_s,
-                   settings.rerank_weight)
+        return cls(built, PolicyParams(**policy_params(settings)).policy_of(policy), settings.rerank_timeout_s)
 
     def rerank(self, query: str, texts: Sequence[str], keys: Sequence[str] | None = None) -> list[Reranked]:
         """Every text, in the final order. `keys[i]` names the document text i belongs to (a guaranteed slot
@@ -117,10 +113,9 @@ class SecondStage:
         if not query:
             raise ConfigError("the query is empty")
         candidates = [_candidate(i, text, keys[i] if keys else None) for i, text in enumerate(texts)]
-        result = second_stage(query, candidates, self.reranker, self.policy, self.guaranteed, self.rrf_k,
-                              self.timeout_s, self.weight)
+        result = second_stage(query, candidates, self.reranker, self.policy, self.timeout_s)
         status = {"rerank_status": result.status.value, "rerank_reason": result.reason,
-                  "policy": self.policy.value}
+                  "policy": self.policy.kind.value}
         return [Reranked(h.candidate.fused_rank - 1, {**rerank_metadata(h), **status}) for h in result.hits]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from funnel.config import Choice
 from funnel.errors import ConfigError
@@ -104,19 +104,37 @@ def _not_negative(what: str, value: float) -> None:
 Policy = FirstStageOnly | Replace | GuaranteedSlots | Rrf
 
 
-def policy_of(
-    kind: RerankPolicy | str, guaranteed: int | None = None, rrf_k: float | None = None, weight: float | None = None
-) -> Policy:
-    """The policy object a `RerankPolicy` names, its parameters given or left at the policy's defaults."""
-    kind = RerankPolicy.parse(kind)
-    if kind is RerankPolicy.AUTO:
-        raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
-    if kind is RerankPolicy.GUARANTEED_SLOTS:
-        return GuaranteedSlots() if guaranteed is None else GuaranteedSlots(guaranteed)
-    if kind is RerankPolicy.RRF:
-        given = {name: v for name, v in (("k", rrf_k), ("weight", weight)) if v is not None}
-        return Rrf(**given)
-    return Replace() if kind is RerankPolicy.REPLACE else FirstStageOnly()
+@dataclass(frozen=True)
+class PolicyParams:
+    """Every explicit policy's parameters, under the names settings give them (funnel.toml, FUNNEL_*, flags,
+    `funnel.open(**search_config)`). `Settings` makes one setting of each field (default and range from
+    here), and `SearchConfig` is these plus the rest: a policy and its parameters live in this file alone."""
+
+    guaranteed: int = field(
+        default=GuaranteedSlots.g, metadata={"ge": 0, "description": "first-stage documents a reranker may not displace"}
+    )
+    rerank_weight: float = field(
+        default=Rrf.weight, metadata={"ge": 0, "description": "the reranker's weight under policy rrf"}
+    )
+    rerank_rrf_k: float = field(
+        default=Rrf.k, metadata={"gt": 0, "description": "the RRF k of policy rrf (first stage + reranker)"}
+    )
+
+    def __post_init__(self):
+        for kind in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF):
+            self.policy_of(kind)  # each policy checks its own parameters
+
+    def policy_of(self, kind: RerankPolicy | str, weight: float | None = None) -> Policy:
+        """The policy object `kind` names with these parameters (`weight`: the reranker's under rrf, when a
+        calibration or an eval variant sets its own)."""
+        kind = RerankPolicy.parse(kind)
+        if kind is RerankPolicy.AUTO:
+            raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
+        if kind is RerankPolicy.GUARANTEED_SLOTS:
+            return GuaranteedSlots(self.guaranteed)
+        if kind is RerankPolicy.RRF:
+            return Rrf(self.rerank_rrf_k, self.rerank_weight if weight is None else weight)
+        return Replace() if kind is RerankPolicy.REPLACE else FirstStageOnly()
 
 
 @dataclass(frozen=True)
@@ -132,16 +150,12 @@ def second_stage(
     candidates: list[Candidate],
     reranker: Reranker | None,
     policy: Policy | RerankPolicy,
-    guaranteed: int | None = None,
-    rrf_k: float | None = None,
     timeout_s: float | None = 30.0,
-    weight: float | None = None,
 ) -> SecondStageResult:
-    """The reranker's scores under `policy`, or the first-stage order on any failure. A `RerankPolicy`
-    name is turned into its policy object with `guaranteed`, `rrf_k` and `weight` (`policy_of`); those
-    three are ignored when `policy` is already an object."""
+    """The reranker's scores under `policy`, or the first-stage order on any failure. A policy's name
+    stands for its object with the default parameters."""
     if isinstance(policy, RerankPolicy):
-        policy = policy_of(policy, guaranteed, rrf_k, weight)
+        policy = PolicyParams().policy_of(policy)
     if isinstance(policy, FirstStageOnly) or reranker is None or not candidates:
         reason = "policy none" if isinstance(policy, FirstStageOnly) else "no reranker configured"
         return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
@@ -177,21 +191,6 @@ def _validated(result: RerankResult, n: int) -> list[float]:
     if any(math.isnan(s) or math.isinf(s) for s in scores):
         raise ValueError("non-finite score")
     return scores
-
-
-def apply_policy(
-    policy: Policy | RerankPolicy,
-    candidates: list[Candidate],
-    scores: list[float],
-    guaranteed: int | None = None,
-    rrf_k: float | None = None,
-    weight: float | None = None,
-) -> list[Hit]:
-    """The final order of `candidates` (first-stage order) given one reranker score per candidate; a
-    `RerankPolicy` name is turned into its object as in `second_stage`."""
-    if isinstance(policy, RerankPolicy):
-        policy = policy_of(policy, guaranteed, rrf_k, weight)
-    return policy.order(candidates, scores)
 
 
 def _by_score(scores: list[float]) -> list[int]:
