@@ -1,14 +1,14 @@
-"""Shared by the HTTP API tests: uploading and waiting, parsing server-sent events, a fake OpenAI server."""
+"""Shared by the HTTP API tests: uploading and waiting, parsing server-sent events, a fake OpenAI server (a
+script for upstream_support's fake upstream)."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from upstream_support import FakeServer, Reply, sse
 
 SAMPLES = Path(__file__).parent.parent / "samples" / "docs"
 CEO_QUESTION = "Who is the CEO of Zentara Robotics?"
@@ -84,69 +84,31 @@ def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
 
 
 class FakeOpenAI:
-    """An OpenAI-compatible chat server on 127.0.0.1: answers `content`, streams `deltas` (one every `delay`
-    seconds), and closes the connection without `[DONE]` after `die_after` deltas when that is set. A rewrite
-    request (the system prompt asks to rewrite) is answered with `rewrite`. `aborted` is set when a client
-    hangs up while a stream is being written; `written` counts the deltas that went out."""
+    """An OpenAI-compatible chat server, played by the fake upstream `server` (which records the requests,
+    the streamed deltas as `streamed` and a client hanging up as `hung_up`): answers `content`, or `rewrite`
+    to a rewrite request (the system prompt asks to rewrite); streams `deltas`, one every `delay` seconds,
+    and ends the stream without `[DONE]` after `die_after` deltas when that is set (the model server died).
+    Change the attributes at any time: each request reads them."""
 
-    def __init__(self):
+    def __init__(self, server: FakeServer):
+        self.url = f"{server.url}/v1"
         self.content = "Iris Kallas is the CEO of Zentara Robotics [1]."
         self.deltas = ["Iris Kallas ", "is the CEO ", "[1]."]
         self.delay = 0.0
         self.die_after: int | None = None
         self.rewrite = "How many employees does Zentara Robotics have?"
-        self.requests: list[dict] = []
-        self.aborted = threading.Event()
-        self.written = 0
-        fake = self
+        server.answer(self._reply)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append(body)
-                system = body["messages"][0]["content"] if body.get("messages") else ""
-                if body.get("stream"):
-                    fake._stream(self)
-                    return
-                content = fake.rewrite if system.startswith("Rewrite") else fake.content
-                payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
-                                                   "finish_reason": "stop"}], "model": "fake"}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def _stream(self, handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        try:
-            for i, delta in enumerate(self.deltas):
-                if self.die_after is not None and i >= self.die_after:
-                    return  # the connection closes with no [DONE]: the model server died
-                chunk = {"choices": [{"delta": {"content": delta}, "index": 0}]}
-                handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                handler.wfile.flush()
-                self.written += 1
-                time.sleep(self.delay)
-            handler.wfile.write(b"data: [DONE]\n\n")
-            handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            self.aborted.set()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def _reply(self, path: str, body: dict) -> Reply:
+        if body.get("stream"):
+            sent = self.deltas[: self.die_after]
+            events = [{"choices": [{"delta": {"content": delta}, "index": 0}]} for delta in sent]
+            done = ["[DONE]"] if len(sent) == len(self.deltas) else []
+            return Reply(lines=sse(*events, *done), content_type="text/event-stream", line_delay_s=self.delay)
+        system = body["messages"][0]["content"] if body.get("messages") else ""
+        content = self.rewrite if system.startswith("Rewrite") else self.content
+        message = {"role": "assistant", "content": content}
+        return Reply(body={"choices": [{"message": message, "finish_reason": "stop"}], "model": "fake"})
 
 
 def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) -> tuple[list, object]:

@@ -10,7 +10,7 @@ import pytest
 from api_support import (CEO_QUESTION, FakeOpenAI, expected_rerank_status, ingested_samples, samples,
                          sse_events, upload, wait_done)
 from helpers import serving
-from upstream_support import closed_port
+from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.api import create_app
 from funnel.apps.api.conversations import Conversations, Turn, heuristic_rewrite
@@ -33,10 +33,8 @@ def api(data_dir):
 
 
 @pytest.fixture
-def fake_llm():
-    fake = FakeOpenAI()
-    yield fake
-    fake.close()
+def fake_llm(fake):
+    return FakeOpenAI(fake)
 
 
 @pytest.fixture
@@ -136,13 +134,13 @@ def test_ask_errors_are_json_even_when_streaming(api):
 # --- with an LLM ----------------------------------------------------------------------------------------
 
 
-def test_llm_answers_and_rewrites_the_follow_up(llm_api, fake_llm):
+def test_llm_answers_and_rewrites_the_follow_up(llm_api, fake_llm, fake):
     first = ask(llm_api).json()
     assert first["generator"] == "openai:default" and first["answer"] == fake_llm.content
     assert first["citations"][0]["number"] == 1 and first["flags"] == []
     second = ask(llm_api, FOLLOW_UP, conversation_id=first["conversation_id"]).json()
     assert second["rewritten_by"] == "llm" and second["search_query"] == fake_llm.rewrite
-    rewrite_request = fake_llm.requests[1]
+    rewrite_request = fake.requests[1].body
     assert rewrite_request["messages"][0]["content"].startswith("Rewrite")
     assert CEO_QUESTION in rewrite_request["messages"][1]["content"]
 
@@ -179,7 +177,7 @@ def test_llm_dying_mid_stream_ends_with_the_interrupted_marker(llm_api, fake_llm
     assert llm_api.get("/health").status_code == 200
 
 
-def test_a_client_that_hangs_up_stops_generation(llm_api, fake_llm):
+def test_a_client_that_hangs_up_stops_generation(llm_api, fake_llm, fake):
     fake_llm.deltas = [f"word{i} " for i in range(100)]
     fake_llm.delay = 0.1
     with llm_api.stream("POST", "/v1/collections/default/ask", json={"question": CEO_QUESTION, "stream": True}) as r:
@@ -187,8 +185,8 @@ def test_a_client_that_hangs_up_stops_generation(llm_api, fake_llm):
         while "delta" not in next(lines):
             pass
     # The server notices, stops reading the model and closes its connection: the model server sees it.
-    assert fake_llm.aborted.wait(10), "generation went on after the client left"
-    assert fake_llm.written < 60
+    assert fake.hung_up.wait(10), "generation went on after the client left"
+    assert fake.streamed < 60
     assert llm_api.get("/health").status_code == 200
     assert ask(llm_api, stream=False).status_code == 200
 

@@ -1,8 +1,9 @@
 """HTTP rerank backends and `funnel serve`.
 
 Protocol edge cases go through `httpx.MockTransport` (the transport is faked, never the reranker); the
-round trips go over real loopback HTTP to funnel's own server, to a port nobody listens on, and to a stdlib
-server that answers too late. Every failure must end in the first-stage order with a reason.
+round trips go over real loopback HTTP to funnel's own server, to a port nobody listens on, to the fake
+upstream (one that answers too late) and to a plain web server. Every failure must end in the first-stage
+order with a reason.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
 from helpers import candidates as first_stage
 from helpers import chunk, serving
-from upstream_support import Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
+from upstream_support import Reply, closed_port, fake, plain_web_server  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.api import create_app
 from funnel.apps.factory import build_reranker, reranker_from_settings
@@ -394,22 +393,8 @@ def test_funnel_serve_with_a_bad_spec_is_one_line(tmp_path):
 def test_a_plain_web_servers_error_page_is_cut_to_its_text(tmp_path):
     # A URL that points at a plain web server (python -m http.server) answers POST with an HTML 501 page;
     # the fallback reason used to quote its markup (issue 17, defect 5).
-    import functools
-    from http.server import SimpleHTTPRequestHandler
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with plain_web_server(tmp_path) as url:
         result = second_stage(QUERY, passages(), HttpReranker("cohere", url, timeout_s=5), RerankPolicy.REPLACE)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert result.status is RerankStatus.FALLBACK
     assert "HTTP 501: Error response Error code: 501 Message: Unsupported method ('POST')" in result.reason
     assert "<" not in result.reason and "\n" not in result.reason and len(result.reason) < 400

@@ -1,15 +1,15 @@
-"""POST /v1/errors and the incidents API over real loopback HTTP, with a real Slack receiver on 127.0.0.1."""
+"""POST /v1/errors and the incidents API over real loopback HTTP; the Slack webhook is upstream_support's
+fake upstream on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 from helpers import serving
 from test_triage import SAMPLE_REPO, raised_in_sample_app
+from upstream_support import Reply, fake_upstream
 
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
@@ -25,48 +25,33 @@ TOKEN = "xoxb-123456789012-abcdefghijklmnop"
 
 
 @pytest.fixture(scope="module")
-def slack_receiver():
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append(json.loads(body))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/services/T000/B000/XXXX", received
-    server.shutdown()
+def slack():
+    """The Slack webhook, shared by the module's tests: answers "ok" and records every message."""
+    with fake_upstream() as server:
+        server.answer(Reply(raw=b"ok", content_type="text/plain"))
+        yield server
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory, slack_receiver):
-    webhook, received = slack_receiver
+def api(tmp_path_factory, slack):
     tmp = tmp_path_factory.mktemp("triage-api")
     pipeline = Pipeline(LanceStore(tmp / "index"), HashingEmbedder())
     pipeline.ingest([SAMPLE_REPO])
     service = TriageService(
         pipeline,
         repo_root=SAMPLE_REPO,
-        notifier=SlackNotifier(webhook),
+        notifier=SlackNotifier(f"{slack.url}/services/T000/B000/XXXX"),
         incidents=IncidentStore(tmp / "incidents.sqlite"),
     )
     with (
         serving(create_app(Settings(), triage=service)) as url,
         httpx.Client(base_url=url, timeout=60) as client,
     ):
-        yield client, received
+        yield client, slack
 
 
 def test_an_error_report_is_triaged_recorded_and_posted_once(api):
-    client, received = api
+    client, slack = api
     trace = raised_in_sample_app("unknown_sku")
     report = {
         "service": "shop",
@@ -82,8 +67,8 @@ def test_an_error_report_is_triaged_recorded_and_posted_once(api):
     assert body["slack"] == "sent" and body["incident_id"]
     second = client.post("/v1/errors", json=report)
     assert second.json()["slack"] == "deduplicated"  # same fingerprint within the window: no second message
-    assert len(received) == 1
-    posted = json.dumps(received[0])
+    assert len(slack.requests) == 1
+    posted = json.dumps(slack.requests[0].body)
     assert "app/inventory.py" in posted and "KeyError" in posted
     assert SECRET not in posted and TOKEN not in posted and SECRET not in json.dumps(body)
 

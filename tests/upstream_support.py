@@ -1,16 +1,20 @@
 """The fake upstreams the tests talk to, in one place.
 
-- `serve()` / the `fake` fixture: a real HTTP server on 127.0.0.1 that records every request (`requests`,
-  `last`) and answers from a script: one `Reply`, a queue of them (`queue`), or a function of the path and
-  body. A reply is a JSON body, raw bytes, or streamed lines (NDJSON or SSE) that can be delayed or cut
-  mid-body. The LLM backends, the HTTP reranker and the Slack notifier are tested against it; the
-  misbehaving-socket cases (refuse, hang, trickle, garbage, close) are `reliability/faults.py`.
+- `fake_upstream()` / the `fake` fixture: a real HTTP server on 127.0.0.1 that records every request
+  (`requests`, `last`), the streamed lines that went out (`streamed`) and a client hanging up mid-reply
+  (`hung_up`), and answers from a script: one `Reply`, a queue of them (`queue`), or a function of the path
+  and body. A reply is a JSON body, raw bytes, or streamed lines (NDJSON or SSE) that can be delayed or cut
+  mid-body. Every fake HTTP upstream of the tests is one: the LLM backends, the HTTP reranker, the Slack
+  webhook, and api_support's `FakeOpenAI` (a script played by it). The misbehaving-socket cases (refuse,
+  hang, trickle, garbage, close) are `reliability/faults.py`, below HTTP.
+- `plain_web_server`: `python -m http.server`, the wrong kind of server for a URL to point at.
 - `ScriptedChat`: a ChatModel in process, for tests of what calls a model (the generator, the triage agent).
 - `closed_port`, `ndjson`, `sse`: a port nothing listens on, and the two streamed wire formats.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import sys
@@ -18,8 +22,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +66,8 @@ class FakeServer:
     script: Callable[[str, object], Reply] | Reply = field(default_factory=Reply)
     queued: deque[Reply] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    streamed: int = 0  # streamed lines written (an `sse` event is one)
+    hung_up: threading.Event = field(default_factory=threading.Event)  # a client left mid-reply
 
     def answer(self, reply: Reply | Callable[[str, object], Reply]) -> None:
         """The answer to every request from now on (after any `queue`d ones)."""
@@ -90,8 +98,21 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def serve() -> tuple[FakeServer, ThreadingHTTPServer]:
-    """A fake server and the server under it (stop it with `shutdown()` and `server_close()`)."""
+@contextmanager
+def _serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on 127.0.0.1 while the block runs; yields the base URL."""
+    server = _QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def fake_upstream() -> Iterator[FakeServer]:
+    """A fake server while the block runs (the `fake` fixture gives each test its own)."""
     state: FakeServer
 
     class Handler(BaseHTTPRequestHandler):
@@ -109,7 +130,11 @@ def serve() -> tuple[FakeServer, ThreadingHTTPServer]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             reply = state.reply_to(Received(self.path, headers, body, raw))
             time.sleep(reply.delay_s)
-            self._send(reply)
+            try:
+                self._send(reply)
+            except ConnectionError:
+                state.hung_up.set()
+                raise
 
         def _send(self, reply: Reply) -> None:
             if reply.lines is None:
@@ -132,23 +157,35 @@ def serve() -> tuple[FakeServer, ThreadingHTTPServer]:
                 data = (line + "\n").encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
+                with state.lock:
+                    state.streamed += 1
             if reply.cut:
                 self.close_connection = True  # no terminating chunk: the body stops mid-way
                 return
             self.wfile.write(b"0\r\n\r\n")
 
-    server = _QuietServer(("127.0.0.1", 0), Handler)
-    state = FakeServer(f"http://127.0.0.1:{server.server_address[1]}")
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    return state, server
+    with _serving(Handler) as url:
+        state = FakeServer(url)
+        yield state
 
 
 @pytest.fixture
 def fake():
-    state, server = serve()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with fake_upstream() as state:
+        yield state
+
+
+@contextmanager
+def plain_web_server(directory: Path) -> Iterator[str]:
+    """`python -m http.server` serving `directory` while the block runs: GET gets its files, anything else
+    the stdlib's own HTML error page (what a URL pointing at the wrong server answers); yields the URL."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    with _serving(functools.partial(Quiet, directory=str(directory))) as url:
+        yield url
 
 
 def closed_port() -> int:
@@ -162,11 +199,9 @@ def ndjson(*objects: dict) -> list[str]:
 
 
 def sse(*objects: dict | str) -> list[str]:
-    """Server-sent events: each object a `data:` line followed by the blank line that ends the event."""
-    lines = []
-    for o in objects:
-        lines += [f"data: {o if isinstance(o, str) else json.dumps(o)}", ""]
-    return lines
+    """Server-sent events, one streamed line each, as a server writes them: a `data:` line and the blank
+    line that ends the event."""
+    return [f"data: {o if isinstance(o, str) else json.dumps(o)}\n" for o in objects]
 
 
 class ScriptedChat:
