@@ -71,6 +71,8 @@ def error_body(error: FunnelError) -> dict:
 
 def error_response(error: FunnelError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
+    if getattr(error, "retry_after_s", None):  # the service's database is down: a client may come back
+        headers = {"Retry-After": str(error.retry_after_s)}
     return JSONResponse(error_body(error), status_code=status_for(error), headers=headers)
 
 
