@@ -1,0 +1,307 @@
+"""The job queue: slow work (an upload's ingest, a collection's calibration, a triage's analysis) leaves the
+request and runs on workers.
+
+One contract, two homes:
+- `MemoryJobs`: one process, embedded (`funnel serve` without a database). Jobs live as long as the
+  process; what they work on says itself where it stands (a document "queued" in its registry is queued
+  again at the next start).
+- `PgJobs`: a table in the service database. Any process's workers claim with `FOR UPDATE SKIP LOCKED`
+  and hold a lease they renew while working; a job whose worker died is taken again once its lease ends,
+  and a job that fails `max_attempts` times stops, its error recorded.
+
+Every job has a `lane` (a collection): at most one job of a lane runs at a time, anywhere, so a collection
+has one writer (the PostgreSQL index would refuse a second) and its documents are ingested in upload order.
+A job can be cancelled by its `key` (a document deleted while queued or running): a queued one never runs,
+a running one sees `Lease.cancelled` at its next check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Protocol
+
+MAX_ATTEMPTS = 3
+LEASE_S = 30.0  # a worker renews its lease every RENEW_S; one that stops renewing loses the job after this
+RENEW_S = 1.0  # also how soon a running job sees that it was cancelled from another process
+RETRY_AFTER_S = 2.0
+
+log = logging.getLogger("funnel.jobs")  # a failed job waits this long (times its attempts) before its next try
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str  # "ingest", "calibrate", "triage": which handler runs it
+    lane: str  # at most one running job per lane
+    key: str  # what it works on (cancel by key)
+    payload: Mapping
+    attempts: int = 0  # tries started, this one included once claimed
+    state: JobState = JobState.QUEUED
+    error: str | None = None
+
+
+class Jobs(Protocol):
+    durable: bool  # jobs outlive the process (the database's) or not (memory's)
+
+    def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
+        """Queue a job; `unique`: not when one of this kind and key is already queued (returns its id)."""
+
+    def claim(self, kinds: Collection[str], worker: str, lease_s: float = LEASE_S) -> Job | None:
+        """The oldest runnable job of `kinds` whose lane runs nothing, now leased to `worker`; or None."""
+
+    def renew(self, job_id: int, worker: str, lease_s: float = LEASE_S) -> bool:
+        """Extend the lease; False when the job was cancelled or is no longer this worker's."""
+
+    def finish(self, job_id: int, worker: str) -> None: ...
+
+    def fail(self, job_id: int, worker: str, error: str, retry: bool = True) -> JobState:
+        """Queued again (after a pause) while attempts remain and `retry`; else failed, with `error`."""
+
+    def cancel(self, key: str) -> int:
+        """Cancel the queued and running jobs of `key`; how many there were."""
+
+    def waiting(self, lane: str, kind: str) -> list[str]:
+        """The keys of `lane`'s queued jobs of `kind`, in the order they will run."""
+
+    def busy(self, lane: str) -> int:
+        """Jobs of `lane` queued or running."""
+
+    def get(self, job_id: int) -> Job | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Entry:
+    job: Job
+    worker: str | None = None
+    lease_until: float = 0.0
+    run_after: float = 0.0
+    cancel: bool = False
+
+
+@dataclass
+class MemoryJobs:
+    """`Jobs` in this process's memory."""
+
+    max_attempts: int = MAX_ATTEMPTS
+    durable: bool = False
+    _entries: dict[int, _Entry] = field(default_factory=dict)
+    _next: int = 1
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
+        with self._lock:
+            if unique:
+                same = [e.job.id for e in self._entries.values()
+                        if (e.job.kind, e.job.key, e.job.state) == (kind, key, JobState.QUEUED)]
+                if same:
+                    return same[0]
+            job_id, self._next = self._next, self._next + 1
+            self._entries[job_id] = _Entry(Job(job_id, kind, lane, key, dict(payload or {})))
+            return job_id
+
+    def claim(self, kinds: Collection[str], worker: str, lease_s: float = LEASE_S) -> Job | None:
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            running = {e.job.lane for e in self._entries.values() if e.job.state is JobState.RUNNING}
+            for entry in sorted(self._entries.values(), key=lambda e: e.job.id):
+                job = entry.job
+                if (job.state is JobState.QUEUED and job.kind in kinds and job.lane not in running
+                        and entry.run_after <= now):
+                    entry.job = replace(job, state=JobState.RUNNING, attempts=job.attempts + 1)
+                    entry.worker, entry.lease_until = worker, now + lease_s
+                    return entry.job
+            return None
+
+    def _expire(self, now: float) -> None:
+        for entry in self._entries.values():
+            if entry.job.state is JobState.RUNNING and entry.lease_until < now:
+                self._retry_or_fail(entry, "its worker stopped without finishing it", now)
+
+    def _retry_or_fail(self, entry: _Entry, error: str, now: float, retry: bool = True) -> None:
+        again = retry and entry.job.attempts < self.max_attempts and not entry.cancel
+        state = JobState.QUEUED if again else JobState.CANCELLED if entry.cancel else JobState.FAILED
+        entry.job = replace(entry.job, state=state, error=error)
+        entry.worker, entry.run_after = None, now + RETRY_AFTER_S * entry.job.attempts
+
+    def _mine(self, job_id: int, worker: str) -> _Entry | None:
+        entry = self._entries.get(job_id)
+        if entry is None or entry.worker != worker or entry.job.state is not JobState.RUNNING:
+            return None
+        return entry
+
+    def renew(self, job_id: int, worker: str, lease_s: float = LEASE_S) -> bool:
+        with self._lock:
+            entry = self._mine(job_id, worker)
+            if entry is None or entry.cancel:
+                return False
+            entry.lease_until = time.monotonic() + lease_s
+            return True
+
+    def finish(self, job_id: int, worker: str) -> None:
+        with self._lock:
+            if (entry := self._mine(job_id, worker)) is not None:
+                entry.job = replace(entry.job, state=JobState.CANCELLED if entry.cancel else JobState.DONE)
+                entry.worker = None
+            self._forget_ended()
+
+    def fail(self, job_id: int, worker: str, error: str, retry: bool = True) -> JobState:
+        with self._lock:
+            entry = self._mine(job_id, worker)
+            if entry is None:
+                return JobState.CANCELLED
+            self._retry_or_fail(entry, error, time.monotonic(), retry)
+            return entry.job.state
+
+    def _forget_ended(self, keep: int = 1000) -> None:
+        ended = [i for i, e in self._entries.items() if e.job.state in (JobState.DONE, JobState.CANCELLED)]
+        for job_id in ended[:-keep] if len(ended) > keep else ():
+            del self._entries[job_id]
+
+    def cancel(self, key: str) -> int:
+        with self._lock:
+            hit = 0
+            for entry in self._entries.values():
+                if entry.job.key == key and entry.job.state in (JobState.QUEUED, JobState.RUNNING):
+                    hit += 1
+                    entry.cancel = True
+                    if entry.job.state is JobState.QUEUED:
+                        entry.job = replace(entry.job, state=JobState.CANCELLED)
+            return hit
+
+    def waiting(self, lane: str, kind: str) -> list[str]:
+        with self._lock:
+            return [e.job.key for e in sorted(self._entries.values(), key=lambda e: e.job.id)
+                    if (e.job.lane, e.job.kind, e.job.state) == (lane, kind, JobState.QUEUED)]
+
+    def busy(self, lane: str) -> int:
+        with self._lock:
+            return sum(1 for e in self._entries.values()
+                       if e.job.lane == lane and e.job.state in (JobState.QUEUED, JobState.RUNNING))
+
+    def get(self, job_id: int) -> Job | None:
+        with self._lock:
+            entry = self._entries.get(job_id)
+            return entry.job if entry else None
+
+    def close(self) -> None:
+        pass
+
+
+# ---- workers ----------------------------------------------------------------------------------------------
+
+
+class Lease:
+    """What a running job's handler holds: `cancelled` turns true when the job is cancelled (by key, from
+    any process) or its lease is lost; the handler checks it between pages or slices and stops."""
+
+    def __init__(self, jobs: Jobs, job: Job, worker: str, lease_s: float):
+        self.job, self._jobs, self._worker, self._lease_s = job, jobs, worker, lease_s
+        self.cancelled = threading.Event()
+        self._done = threading.Event()
+        self._renewer = threading.Thread(target=self._renew, name=f"funnel-lease-{job.id}", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._done.wait(RENEW_S):
+            try:
+                if not self._jobs.renew(self.job.id, self._worker, self._lease_s):
+                    self.cancelled.set()
+                    return
+            except Exception:  # noqa: BLE001 (the database is down: keep working; the lease may lapse)
+                continue
+
+    def end(self) -> None:
+        self._done.set()
+        self._renewer.join(timeout=5)
+
+
+Handler = Callable[[Job, Lease], None]
+
+
+class Workers:
+    """`threads` loops that claim jobs of the handlers' kinds and run them. A handler that raises fails its
+    job (retried while attempts remain); `Permanent` fails it at once."""
+
+    def __init__(self, jobs: Jobs, handlers: Mapping[str, Handler], name: str, threads: int = 1,
+                 poll_s: float = 0.2, lease_s: float = LEASE_S):
+        self.jobs, self.handlers, self.name = jobs, dict(handlers), name
+        self._threads_n, self._poll_s, self._lease_s = threads, poll_s, lease_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for n in range(self._threads_n):
+            thread = threading.Thread(target=self._loop, args=(f"{self.name}-{n}",), name=f"funnel-worker-{n}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def wake(self) -> None:
+        """A job was queued here: look now rather than at the next poll."""
+        self._wake.set()
+
+    def _loop(self, worker: str) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self.jobs.claim(self.handlers, worker, self._lease_s)
+            except Exception:  # noqa: BLE001 (the database is down: try again at the next poll)
+                job = None
+            if job is None:
+                self._wake.wait(self._poll_s)
+                self._wake.clear()
+                continue
+            self.run(job, worker)
+
+    def run(self, job: Job, worker: str) -> None:
+        lease = Lease(self.jobs, job, worker, self._lease_s)
+        try:
+            self.handlers[job.kind](job, lease)
+        except Permanent as e:
+            log.warning("job %d (%s %s) cannot succeed: %s", job.id, job.kind, job.key, e)
+            _quietly(self.jobs.fail, job.id, worker, str(e), False)
+        except Exception as e:  # noqa: BLE001 (recorded on the job; retried while attempts remain)
+            log.warning("job %d (%s %s) failed on try %d", job.id, job.kind, job.key, job.attempts, exc_info=True)
+            _quietly(self.jobs.fail, job.id, worker, f"{type(e).__name__}: {e}")
+        else:
+            _quietly(self.jobs.finish, job.id, worker)
+        finally:
+            lease.end()
+
+    def close(self, wait: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads if wait else ():
+            thread.join()
+
+
+class Permanent(Exception):
+    """A job that cannot succeed however often it is tried (a payload that cannot be parsed)."""
+
+
+def _quietly(call, *args) -> None:
+    try:
+        call(*args)
+    except Exception as e:  # noqa: BLE001 (the database is down: the lease expires and the job is taken again)
+        log.warning("could not record a job's end (%s); its lease will lapse and it runs again", e)
+
+
+def payload_json(payload: Mapping) -> str:
+    return json.dumps(dict(payload), sort_keys=True)
