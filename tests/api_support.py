@@ -114,7 +114,8 @@ class FakeOpenAI:
 def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) -> tuple[list, object]:
     """Upload `path` to a fresh in-process collection (hashing embedder), wait until it is ready, and return
     every `progress` a client polling its status would have seen, in order, with its final record."""
-    from funnel.apps.api.library import Collection, Services
+    from funnel.apps.api.home import EmbeddedHome
+    from funnel.apps.api.library import Library, Services
     from funnel.apps.api.registry import DocumentStatus
     from funnel.apps.api.uploads import Upload
     from funnel.embed import HashingEmbedder
@@ -123,7 +124,8 @@ def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) 
 
     embedder = HashingEmbedder()
     services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
-    collection = Collection("c", tmp_path / "c", services)
+    library = Library(EmbeddedHome(tmp_path), services)
+    collection = library.create("c")
     seen = []
     update = collection.registry.update
 
@@ -141,5 +143,5 @@ def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) 
             assert time.monotonic() < deadline, collection.registry.get(record.id)
             time.sleep(0.05)
     finally:
-        collection.close()
+        library.close()
     return seen, collection.registry.get(record.id)

@@ -62,6 +62,13 @@ class _Settings(BaseSettings):
     slack_retries: int = Field(4, ge=0, le=10, description="triage: retries after a failed post (429, 5xx, down)")
     incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")
     data_dir: Path = Field(Path(".funnel-data"), description="serve: collections (indexes + uploaded files)")
+    database: SecretStr | None = Field(
+        None, description="serve/worker: keep all service state in this PostgreSQL (postgresql://...), shared "
+                          "by every process; unset: embedded under data_dir"
+    )
+    job_threads: int = Field(
+        2, ge=0, le=64, description="serve: threads running ingest and calibration jobs (0: `funnel worker` does)"
+    )
     max_upload_mb: int = Field(50, ge=1, le=10_000, description="serve: largest upload request, in MiB")
     api_key: SecretStr | None = Field(
         None, description="serve: required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, /metrics"
@@ -69,6 +76,13 @@ class _Settings(BaseSettings):
     cors_origins: list[str] = Field(
         default_factory=list, description='serve: origins allowed by CORS, e.g. ["http://localhost:5173"]'
     )
+
+    @field_validator("database")
+    @classmethod
+    def _database_url(cls, value):
+        if value is not None and value.get_secret_value().split("://", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql:// URL")
+        return value
 
     @field_validator("index", mode="before")
     @classmethod

@@ -114,6 +114,17 @@ class PgStore:
             reason = _first_line(e, self._password)
             raise StoreError(f"cannot connect to PostgreSQL at {self._where_to}: {reason}") from None
 
+    def drop(self) -> None:
+        """Remove the index's tables (a deleted collection's index); nothing else is touched."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._exists = False
+        with self._connect() as conn:
+            for table in self._t.values():
+                conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
+
     @contextmanager
     def _reading(self):
         """The shared reader connection, or None while no index exists there yet."""

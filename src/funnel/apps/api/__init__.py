@@ -29,7 +29,7 @@ import funnel
 from funnel.apps.api import ask, collections, embeddings, metrics, rerank
 from funnel.apps.api.conversations import Conversations, QueryRewriter
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
-from funnel.apps.api.library import LazyEmbedder, Library, Services
+from funnel.apps.api.library import LazyEmbedder, Services, open_library
 from funnel.apps.api.metrics import Metrics
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.watched import WatchedFolders
@@ -41,7 +41,7 @@ from funnel.errors import ConfigError
 from funnel.ingest.loaders import upload_accept
 from funnel.rerank.base import Reranker
 
-__all__ = ["ERROR_STATUS", "STATIC_DIR", "create_app", "status_for"]
+__all__ = ["ERROR_STATUS", "STATIC_DIR", "app_from_environment", "create_app", "services_for", "status_for"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 MIN_KEY_CHARS = 8
@@ -58,12 +58,9 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
         raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
     reranker = reranker if reranker is not None else reranker_from_settings(settings)
     chat = build_chat(settings)
-    embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
-    generator = build_generator(chat, embedder, settings.llm_context_tokens, settings.llm_answer_tokens)
-    library = Library(settings.data_dir, Services(
-        embedder=embedder, reranker=reranker, generator=generator, config=search_config(settings),
-        max_tokens=settings.max_tokens, max_upload_bytes=settings.max_upload_mb * 2**20,
-    ))
+    services = services_for(settings, reranker, chat)
+    embedder, generator = services.embedder, services.generator
+    library = open_library(settings, services)
     if triage is None and settings.repo is not None:
         from funnel.apps.triage.build import build_triage
 
@@ -79,6 +76,8 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.generator, state.generator_name = generator, generator.name
     state.embedder_spec, state.embedder = settings.embedder or DEFAULT, embedder
     state.library = library
+    if watch and library.home.shared:
+        raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
     state.watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
     state.metrics = Metrics()
     state.conversations = Conversations()
@@ -86,6 +85,25 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     _add_routes(app)
     _add_middleware(app, settings)
     return app
+
+
+def services_for(settings: Settings, reranker: Reranker | None, chat) -> Services:
+    """What every collection's pipeline shares (the embedder loads on first use)."""
+    embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
+    return Services(
+        embedder=embedder, reranker=reranker,
+        generator=build_generator(chat, embedder, settings.llm_context_tokens, settings.llm_answer_tokens),
+        config=search_config(settings), max_tokens=settings.max_tokens,
+        max_upload_bytes=settings.max_upload_mb * 2**20,
+    )
+
+
+def app_from_environment() -> FastAPI:
+    """`funnel serve --workers N`: each uvicorn process builds its app from the environment (FUNNEL_*) and
+    funnel.toml; the state they share is in the database."""
+    from funnel.apps.settings import load_settings
+
+    return create_app(load_settings())
 
 
 @asynccontextmanager

@@ -1,13 +1,16 @@
-"""A collection: an index directory, an uploads folder and a document registry, with its ingest worker.
+"""A collection: an index, a document registry and the original files (a `Place` in the service's `Home`),
+with its jobs on the service's queue.
 
-Ingestion runs in the background on one worker thread per collection, so a collection has one writer at a
-time. Readers search the last committed index version meanwhile (LanceStore commits atomically). A document
-left "queued" or "ingesting" by a stopped server is queued again when its collection is next opened.
+Ingesting, dropping a deleted document's chunks and calibrating are jobs in the collection's lane
+(`funnel.apps.state.jobs`): one runs at a time per collection, in any process, so a collection has one
+writer. Readers search the last committed index version meanwhile (both stores commit atomically). A
+document left "queued" or "ingesting" with no job behind it (an embedded server that stopped) is queued
+again when its collection is next opened.
 
-Deleting never waits for an ingest: a queued document is skipped when its turn comes, an ingesting one is
-cancelled (checked between pages and between slices of embedded chunks; its transaction rolls back, so none
-of it is written), and a ready one's chunks leave the index on the worker, behind the running ingest
-(search hides them meanwhile).
+Deleting never waits for an ingest: a queued document's job is cancelled, an ingesting one sees the cancel
+between pages and between slices of embedded chunks (its transaction rolls back, so none of it is written),
+and a ready one's chunks leave the index in a job of their own, behind the running one (search hides them
+meanwhile).
 """
 
 from __future__ import annotations
@@ -15,15 +18,14 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from funnel import index
 from funnel.apps.api.errors import Conflict
-from funnel.apps.api.registry import DocumentRecord, DocumentRegistry, DocumentStatus, utc_now
-from funnel.apps.api.uploads import Upload, check, save
+from funnel.apps.api.home import Place
+from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.api.uploads import Upload, check
+from funnel.apps.state.jobs import Job, Lease, Queue
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
@@ -89,31 +91,35 @@ class _CutShort(Exception):
     """A calibration given up for a newer job or a shutdown; the previous calibration stays."""
 
 
+INGEST, DROP, CALIBRATE, SYNC = "ingest", "drop", "calibrate", "sync"
+CHANGES = (INGEST, DROP, SYNC)
+
+
 class Collection:
-    def __init__(self, name: str, root: Path, services: Services):
+    def __init__(self, name: str, place: Place, services: Services, queue: Queue):
         self.name = name
-        self.root = root
-        self.uploads = root / "uploads"
-        self.uploads.mkdir(parents=True, exist_ok=True)
-        self.store = index.open(root / "index")
-        self.registry = DocumentRegistry(root / "documents.json")
+        self.store, self.registry, self.files = place.store, place.registry, place.files
         self._services = services
+        self._queue = queue
         self._pipeline: Pipeline | None = None
         self._pipeline_lock = threading.Lock()
         self._names_lock = threading.Lock()  # upload names are claimed one request at a time
-        self._lock = threading.Lock()  # the worker's bookkeeping
-        self._pending = 0
-        self._changed = False  # an ingest or delete since the last calibration
         self._closed = False
-        self._queue: list[str] = []  # documents waiting for the worker, in order (for their place)
-        self._running: str | None = None  # the document being ingested
-        self._cancel = threading.Event()  # set to stop the running ingest
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"funnel-ingest-{name}")
+        self._recover()
+
+    def _recover(self) -> None:
+        """Documents left queued or ingesting with no job behind them are queued again (in upload order)."""
         for record in self.registry.list():
+            if record.status not in (DocumentStatus.QUEUED, DocumentStatus.INGESTING):
+                continue
+            if self._queue.jobs.active(self._key(record.id)):
+                continue  # another process's job holds it (a shared home)
             if record.status is DocumentStatus.INGESTING:  # stopped mid-way: it starts again, in the queue
                 self.registry.update(record.id, status=DocumentStatus.QUEUED, **NO_PROGRESS)
-            if record.status in (DocumentStatus.QUEUED, DocumentStatus.INGESTING):
-                self._queue_ingest(record.id)
+            self._queue.put(INGEST, self.name, self._key(record.id), {"doc": record.id})
+
+    def _key(self, doc_id: str) -> str:
+        return f"{self.name}/{doc_id}"
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -130,9 +136,9 @@ class Collection:
 
     @property
     def pending(self) -> int:
-        """Jobs queued or running on this collection's worker."""
-        with self._lock:
-            return self._pending
+        """Changes (ingests, drops, syncs) queued or running on this collection, in any process; a
+        calibration is not one."""
+        return self._queue.jobs.busy(self.name, CHANGES)
 
     def summary(self) -> dict:
         info = self.store.info()
@@ -156,8 +162,8 @@ class Collection:
 
     def queue_places(self) -> dict[str, int]:
         """Each queued document's place in the queue: 1 is next."""
-        with self._lock:
-            return {doc_id: n for n, doc_id in enumerate(self._queue, start=1)}
+        keys = self._queue.jobs.waiting(self.name, INGEST)
+        return {key.partition("/")[2]: n for n, key in enumerate(keys, start=1)}
 
     @staticmethod
     def _with_place(record: DocumentRecord, places: dict[str, int]) -> DocumentRecord:
@@ -167,11 +173,11 @@ class Collection:
         return replace(record, progress=f"position {place} of {len(places)} in the queue",
                        progress_done=place, progress_total=len(places))
 
-    def file_path(self, record: DocumentRecord) -> Path:
-        path = self.uploads / record.filename
-        if not path.is_file():
-            raise NotFound(f"the file of document {record.id} is gone from {self.name!r}")
-        return path
+    def file_content(self, record: DocumentRecord) -> Path | bytes:
+        try:
+            return self.files.content(record.filename)
+        except NotFound:
+            raise NotFound(f"the file of document {record.id} is gone from {self.name!r}") from None
 
     def chunk(self, chunk_id: str) -> Chunk:
         doc_id, sep, _ = chunk_id.rpartition("#")
@@ -216,7 +222,7 @@ class Collection:
                 for upload, name, kind in checked:
                     if self._closed:  # deleted while this request was being read
                         raise Conflict(f"collection {self.name!r} was deleted")
-                    stored, digest = save(upload, self.uploads, name, taken)
+                    stored, digest = self.files.save(upload, name, taken)
                     taken.add(stored)
                     records.append(
                         DocumentRecord(secrets.token_hex(8), stored, kind, upload.size, digest, utc_now())
@@ -224,127 +230,81 @@ class Collection:
             self.registry.add(records)
         except BaseException:
             for record in records:
-                (self.uploads / record.filename).unlink(missing_ok=True)
+                self.files.delete(record.filename)
             raise
         for record in records:
-            self._queue_ingest(record.id)
+            self._queue.put(INGEST, self.name, self._key(record.id), {"doc": record.id})
         return records
 
     def delete_document(self, doc_id: str) -> None:
-        """Forget the document now, without waiting for the worker: a queued one is never ingested, an
-        ingesting one is cancelled (nothing of it is written), a ready one's chunks leave the index on the
-        worker (waited for up to DROP_WAIT_S)."""
-        with self._lock:
-            record = self.registry.remove(doc_id)
-            if record is None:
-                raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
-            queued = doc_id in self._queue
-            if queued:
-                self._queue.remove(doc_id)  # its job finds no record and does nothing
-            running = self._running == doc_id
-            if running:
-                self._cancel.set()  # the ingest stops at its next page or batch and drops what it wrote
-        (self.uploads / record.filename).unlink(missing_ok=True)
-        if queued or running:
-            return
-        try:
-            self._submit(self._drop_chunks, doc_id).result(timeout=DROP_WAIT_S)
-        except FutureTimeout:
-            pass  # behind a running job: the chunks go when it ends; search hides them until then
+        """Forget the document now, without waiting for its job: a queued one is never ingested, an
+        ingesting one is cancelled (nothing of it is written), a ready one's chunks leave the index in a job
+        of their own (waited for up to DROP_WAIT_S)."""
+        record = self.registry.remove(doc_id)
+        if record is None:
+            raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
+        had_job = self._queue.jobs.cancel(self._key(doc_id))  # its running ingest drops what it wrote
+        self.files.delete(record.filename)
+        if not had_job:
+            job = self._queue.put(DROP, self.name, self._key(doc_id) + ":drop", {"doc": doc_id})
+            self._queue.wait(job, DROP_WAIT_S)  # behind a running job: search hides the chunks until then
 
     def check_deletable(self) -> None:
         """Raises Conflict when the collection may not be deleted now (a watched folder's, while watched)."""
 
-    def close(self, wait: bool = True) -> None:
-        """Stop taking jobs and cancel the running ingest. The queued and cancelled documents stay
-        "queued" in the registry and resume on the next start (unless the collection is being deleted).
-        `wait` waits for the worker to stop, which takes at most one page or embedded slice."""
-        with self._lock:
-            self._closed = True
-            self._queue.clear()
-            self._cancel.set()
-        self._worker.shutdown(wait=wait, cancel_futures=True)
+    def close(self) -> None:
+        """No more uploads through this object (its jobs stay queued, here or in the database)."""
+        self._closed = True
 
-    def _queue_ingest(self, doc_id: str) -> None:
-        with self._lock:
-            self._queue.append(doc_id)
-        try:
-            self._submit(self._ingest, doc_id)
-        except BaseException:
-            with self._lock:
-                if doc_id in self._queue:
-                    self._queue.remove(doc_id)
-            raise
+    # --- jobs (run by the service's workers) --------------------------------------------------------------
 
-    def _submit(self, job, doc_id: str) -> Future:
-        with self._lock:
-            if self._closed:
-                raise Conflict(f"collection {self.name!r} is being closed or deleted")
-            self._pending += 1
-            future = self._worker.submit(self._run, job, doc_id)
-            return future
+    def run(self, job: Job, lease: Lease) -> None:
+        changed = {INGEST: self._ingest, DROP: self._drop_chunks, CALIBRATE: self._calibrate}[job.kind](
+            job.payload.get("doc", ""), lease)
+        if changed and self.pending <= 1:  # the last job of the lane: measure the reranker on the new index
+            self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
 
-    def _run(self, job, doc_id: str) -> None:
-        try:
-            job(doc_id)
-        finally:
-            with self._lock:
-                self._pending -= 1
-                if self._pending == 0 and self._changed and not self._closed:
-                    self._changed = False
-                    # A task of its own on the worker: the job's future (a DELETE waits on it) is done first.
-                    self._worker.submit(self._calibrate)
-
-    def _calibrate(self) -> None:
-        """After the last queued job: measure the reranker on the collection as it now is (`auto` uses it).
-        A failure keeps the previous calibration and is logged; searches go on meanwhile."""
+    def _calibrate(self, _: str, lease: Lease) -> bool:
+        """Measure the reranker on the collection as it now is (`auto` uses it). A failure keeps the previous
+        calibration and is logged; searches go on meanwhile."""
         if self._services.reranker is None or self.store.info() is None:
-            return
+            return False
 
         def keep_going(done: int, total: int) -> None:
-            # A calibration takes tens of seconds on a busy CPU; a job behind it (a DELETE waits for its
-            # own) or a shutdown must not wait that long for a measurement the change makes stale anyway.
-            if self._closed or self.pending:
+            # A calibration takes tens of seconds on a busy CPU; a job behind it or a shutdown must not wait
+            # that long for a measurement the change makes stale anyway (the job behind calibrates again).
+            if lease.cancelled.is_set() or self.pending:
                 raise _CutShort
 
         try:
             result = self.pipeline.calibrate(progress=keep_going)
             log.info("collection %s calibrated: %s (%s)", self.name, result.option, result.reason)
         except _CutShort:
-            with self._lock:
-                self._changed = True  # measured again once the queue is empty
             log.info("calibrating collection %s was cut short by a newer job or a shutdown", self.name)
         except Exception:
             log.warning("calibrating collection %s failed; the previous calibration is kept", self.name,
                         exc_info=True)
+        return False
 
     def calibration(self) -> dict:
         """What `auto` does on this collection and why, for /health."""
         return calibration_summary(self.store, self._services.reranker)
 
-    def _ingest(self, doc_id: str) -> None:
-        # Running and cancellable before its record says "ingesting": a delete from here on cancels it.
-        with self._lock:
-            if doc_id not in self._queue or self._closed:
-                return  # deleted before its turn, or the server is stopping (it stays queued)
-            self._queue.remove(doc_id)
-            self._running = doc_id
-            self._cancel = cancel = threading.Event()
+    def _ingest(self, doc_id: str, lease: Lease) -> bool:
+        if self.registry.get(doc_id) is None:
+            return False  # deleted before its turn
         try:
-            self._ingest_running(doc_id, cancel)
+            return self._ingest_running(doc_id, lease.cancelled)
         finally:
-            # A delete that saw this document running left its chunks to this job: it may have finished
-            # writing before it noticed. A delete from here on sees it ready and drops them itself.
-            with self._lock:
-                self._running = None
-                deleted = cancel.is_set() and self.registry.get(doc_id) is None
-            if deleted:
-                self._drop_chunks(doc_id)
+            # A delete while this ran left its chunks to this job: it may have finished writing before the
+            # cancel reached it.
+            if self.registry.get(doc_id) is None:
+                self._drop_chunks(doc_id, lease)
 
-    def _ingest_running(self, doc_id: str, cancel: threading.Event) -> None:
+    def _ingest_running(self, doc_id: str, cancel: threading.Event) -> bool:
         record = self.registry.update(doc_id, status=DocumentStatus.INGESTING, error=None)
         if record is None:
-            return  # deleted just now
+            return False  # deleted just now
 
         def pages(_: str, read: int, total: int) -> None:  # a long PDF's status says how far it is
             if cancel.is_set():
@@ -365,36 +325,35 @@ class Collection:
                                  progress_total=total)
 
         try:
-            path = self.uploads / record.filename
-            loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename, pages)
-            report = self.pipeline.indexer.ingest_documents([loaded], chunks=embedded)
+            with self.files.local(record.filename) as path:
+                loaded = load(SourceFile(path=path, kind=record.kind), doc_id, record.filename, pages)
+                report = self.pipeline.indexer.ingest_documents([loaded], chunks=embedded)
             if report.problems:
                 raise report.problems[0]
             chunks = len(self.store.get_chunks(doc_id))
         except Cancelled:
             # Nothing was written (the transaction rolled back). Deleted: its record and file are gone
-            # already. The server stopping: it is queued again for the next start.
+            # already. The server stopping: it is queued again, and its job goes back to the queue.
             self.registry.update(doc_id, status=DocumentStatus.QUEUED, **NO_PROGRESS)
-            return
-        except IngestError as e:
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(e.reason), chunks=0,
+            return False
+        except (IngestError, FunnelError) as e:
+            reason = e.reason if isinstance(e, IngestError) else str(e)
+            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(reason), chunks=0,
                                  **NO_PROGRESS)
-        except FunnelError as e:
-            self.registry.update(doc_id, status=DocumentStatus.FAILED, error=one_line(str(e)), chunks=0,
-                                 **NO_PROGRESS)
+            return False
         except Exception as e:  # a loader bug on one odd file fails that document, not the worker
             log.warning("ingesting %s into %s failed", record.filename, self.name, exc_info=True)
             error = one_line(f"could not be ingested ({type(e).__name__}: {e})")
             self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0, **NO_PROGRESS)
-        else:
-            self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, **NO_PROGRESS)
-            self._changed = True
+            return False
+        self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, **NO_PROGRESS)
+        return True
 
-    def _drop_chunks(self, doc_id: str) -> None:
+    def _drop_chunks(self, doc_id: str, lease: Lease | None = None) -> bool:
         info = self.store.info()
         if info is None or not self.store.get_chunks(doc_id):
-            return
+            return False
         # The index's own embedder and dim: deleting must not need the model loaded.
         with self.store.transaction(info.embedder, info.dim) as tx:
             tx.delete_documents({doc_id})
-        self._changed = True
+        return True

@@ -21,6 +21,7 @@ Routes are plain `def`: FastAPI runs them in its threadpool (file I/O, the store
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Request, Response, UploadFile
 from fastapi.responses import FileResponse
@@ -82,12 +83,13 @@ def list_documents(coll: CollectionDep) -> list[DocumentOut]:
 
 
 @router.get("/{name}/documents/{doc_id:path}/file", response_class=FileResponse)
-def document_file(doc_id: str, coll: CollectionDep) -> FileResponse:
+def document_file(doc_id: str, coll: CollectionDep) -> Response:
     record = coll.document(doc_id)
-    return FileResponse(
-        coll.file_path(record), media_type=MEDIA_TYPES[record.kind], filename=record.filename,
-        content_disposition_type="inline",
-    )
+    content, media_type = coll.file_content(record), MEDIA_TYPES[record.kind]
+    if isinstance(content, bytes):  # kept in the service database
+        disposition = f"inline; filename*=utf-8''{quote(record.filename)}"
+        return Response(content, media_type=media_type, headers={"Content-Disposition": disposition})
+    return FileResponse(content, media_type=media_type, filename=record.filename, content_disposition_type="inline")
 
 
 @router.get("/{name}/documents/{doc_id:path}", response_model=DocumentOut)

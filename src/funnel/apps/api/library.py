@@ -1,35 +1,37 @@
-"""Collections under the data root (each one a `Collection`: funnel.apps.api.collection).
+"""The service's collections (each one a `Collection`: funnel.apps.api.collection) in its `Home`: folders
+under `data_dir`, or the service database (`funnel.apps.api.home`, `pg_home`), and the workers that run
+their jobs.
 
-    DATA_DIR/collections/NAME/collection.json   marker (name, created_at)
-                             /documents.json    the registry: every upload and its status
-                             /uploads/          the original files
-                             /index/            the LanceStore
-
-Deleting a collection cancels its jobs (as deleting a document does) and removes its folder once the worker
-has stopped.
+Deleting a collection removes it from the catalog at once (every process answers 404 from then on), cancels
+its jobs, and removes its data in the background once its running job has stopped.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import re
-import shutil
+import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from funnel import index
-from funnel.apps.api.collection import DROP_WAIT_S, Collection, Services, calibration_summary, one_line
+from funnel.apps.api.collection import (
+    CALIBRATE, CHANGES, DROP, DROP_WAIT_S, INGEST, SYNC, Collection, Services, calibration_summary, one_line,
+)
 from funnel.apps.api.errors import Conflict
-from funnel.apps.api.registry import DocumentRegistry, utc_now
+from funnel.apps.api.home import Home
+from funnel.apps.state.jobs import Job, Jobs, Lease, MemoryJobs, Permanent, Queue, Workers
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError, NotFound, StoreError
+from funnel.errors import ConfigError, NotFound
 
 __all__ = ["Collection", "LazyEmbedder", "Library", "Services", "calibration_summary", "check_name", "one_line"]
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_COLLECTION = "default"
-MARKER = "collection.json"
+KINDS = (INGEST, DROP, CALIBRATE, SYNC)
+log = logging.getLogger("funnel.api")
 
 
 def check_name(name: str) -> str:
@@ -61,126 +63,138 @@ class LazyEmbedder:
 
 
 class Library:
-    """Every collection under `data_dir`. Nothing touches the disk until a collection is used."""
+    """Every collection in `home`. Nothing is written until a collection is used. `workers` threads run the
+    collections' jobs (0: another process's `funnel worker` does)."""
 
-    def __init__(self, data_dir: Path, services: Services):
-        self.root = Path(data_dir) / "collections"
+    def __init__(self, home: Home, services: Services, jobs: Jobs | None = None, workers: int = 2):
+        self.home = home
         self.services = services
+        self.jobs = jobs if jobs is not None else MemoryJobs()
+        self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run), f"{socket.gethostname()}-{os.getpid()}",
+                               threads=workers)
+        self.queue = Queue(self.jobs, self.workers.wake)
         self._open: dict[str, Collection] = {}
-        self._deleting: dict[str, threading.Thread] = {}  # collections whose folder is being removed
+        self._deleting: dict[str, threading.Thread] = {}  # collections whose data is being removed
         self._lock = threading.Lock()
+        if workers:
+            self.workers.start()
 
     def names(self) -> list[str]:
-        try:
-            found = {p.name for p in self.root.iterdir() if NAME.match(p.name) and (p / MARKER).is_file()}
-        except FileNotFoundError:
-            found = set()
-        return sorted(found | {DEFAULT_COLLECTION})
+        return sorted({n for n in self.home.names() if NAME.match(n)} | {DEFAULT_COLLECTION})
 
     def get(self, name: str) -> Collection:
         """The named collection; `default` is created on first use, any other must exist."""
         check_name(name)
         if name == DEFAULT_COLLECTION:
-            self._settled(name)  # it is created again: not in the folder being removed (others 404 meanwhile)
+            self._settled(name)  # it is created again: not in the data being removed (others 404 meanwhile)
         with self._lock:
-            if name in self._open:
+            if name in self._open and (not self.home.shared or self.home.marker(name) is not None):
                 return self._open[name]
-            root = self.root / name
-            if not (root / MARKER).is_file():
+            self._open.pop(name, None)  # deleted by another process
+            marker = self.home.marker(name)
+            if marker is None:
                 if name != DEFAULT_COLLECTION:
                     raise NotFound(f"no collection {name!r}")
-                self._write_marker(root, name)
-            collection = self._open[name] = self._opened(name, root)
+                self.home.write_marker(name)
+                marker = {}
+            collection = self._open[name] = self._opened(name, marker)
             return collection
 
     def watch(self, name: str, folder: Path) -> Collection:
         """The collection that mirrors `folder` (`funnel serve --watch`), made on first use."""
         self.check_watch(name, folder)
         with self._lock:
-            root = self.root / name
             if name in self._open:
                 return self._open[name]
-            if not (root / MARKER).is_file() or self._marker(root).get("watch") is None:
-                self._write_marker(root, name, watch=folder)  # new, or an empty collection taken over
-            collection = self._open[name] = self._opened(name, root)
+            marker = self.home.marker(name)
+            if marker is None or marker.get("watch") is None:
+                self.home.write_marker(name, watch=folder)  # new, or an empty collection taken over
+            collection = self._open[name] = self._opened(name, self.home.marker(name) or {})
             return collection
 
     def check_watch(self, name: str, folder: Path) -> None:
         """ConfigError when `name` is taken by uploads or by another folder's collection: the two would mix
         in one index. Reads only (the server checks before it starts)."""
-        root = self.root / check_name(name)
-        if not (root / MARKER).is_file():
+        marker = self.home.marker(check_name(name))
+        if marker is None:
             return
-        watched = self._marker(root).get("watch")
-        if watched is None and DocumentRegistry(root / "documents.json").list():
+        watched = marker.get("watch")
+        if watched is None and self.home.place(name).registry.list():
             raise ConfigError(f"collection {name!r} holds uploaded documents; watch {folder} as "
                               "another collection (--watch-collection NAME)")
         if watched is not None and Path(watched) != folder:
             raise ConfigError(f"collection {name!r} mirrors {watched}; watch {folder} as another "
                               "collection (--watch-collection NAME), or delete that one first")
 
-    def _opened(self, name: str, root: Path) -> Collection:
-        folder = self._marker(root).get("watch")
+    def _opened(self, name: str, marker: dict) -> Collection:
+        folder = marker.get("watch")
         if folder is None:
-            return Collection(name, root, self.services)
+            return Collection(name, self.home.place(name), self.services, self.queue)
         from funnel.apps.api.watched import WatchedCollection  # a subclass: imported here, not in a cycle
 
-        return WatchedCollection(name, root, self.services, Path(folder))
+        return WatchedCollection(name, self.home.place(name), self.services, self.queue, Path(folder))
 
-    @staticmethod
-    def _marker(root: Path) -> dict:
+    def _run(self, job: Job, lease: Lease) -> None:
+        """A worker's job, on the collection it names (opened here if this process has not yet)."""
         try:
-            return json.loads((root / MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise StoreError(f"{root / MARKER} is unreadable ({e})") from e
+            collection = self.get(job.lane)
+        except NotFound:
+            raise Permanent(f"collection {job.lane!r} is gone") from None
+        collection.run(job, lease)
 
     def calibrations(self) -> dict[str, dict]:
         """Each existing collection's second-stage choice (`calibration_summary`). Opens nothing and
         creates nothing: /health must not write to the data directory."""
         return {
-            name: calibration_summary(index.open(self.root / name / "index"), self.services.reranker)
-            for name in self.names() if (self.root / name / MARKER).is_file()
+            name: calibration_summary(self.home.index_only(name), self.services.reranker)
+            for name in self.names() if self.home.marker(name) is not None
         }
 
     def create(self, name: str) -> Collection:
         check_name(name)
         self._settled(name)
         with self._lock:
-            root = self.root / name
-            if name in self._open or (root / MARKER).is_file():
+            if self.home.marker(name) is not None:
                 raise Conflict(f"collection {name!r} already exists")
-            self._write_marker(root, name)
-            collection = self._open[name] = Collection(name, root, self.services)
+            self.home.write_marker(name)
+            collection = self._open[name] = Collection(name, self.home.place(name), self.services, self.queue)
             return collection
 
     def delete(self, name: str) -> None:
-        """Gone at once for every request; its running ingest is cancelled and its folder removed in the
-        background once the worker has stopped (within a page or an embedded slice)."""
+        """Gone at once for every request; its jobs are cancelled and its data removed in the background
+        once its running job has stopped (within a page or an embedded slice)."""
         collection = self.get(name)  # NotFound for an unknown one
         collection.check_deletable()
         with self._lock:
             if self._open.get(name) is not collection:
                 raise NotFound(f"no collection {name!r}")  # deleted by a request racing this one
             del self._open[name]
-            (collection.root / MARKER).unlink(missing_ok=True)
-            collection.close(wait=False)
-            remover = threading.Thread(
-                target=self._remove, args=(name, collection), name=f"funnel-delete-{name}"
-            )
+            prefix = getattr(self.home, "prefix_of", lambda _: None)(name)
+            self.home.remove_marker(name)
+            collection.close()
+            cancelled = self.jobs.cancel_lane(name)
+            remover = threading.Thread(target=self._remove, args=(name, prefix), name=f"funnel-delete-{name}")
             self._deleting[name] = remover
             remover.start()
-        remover.join(DROP_WAIT_S)  # an idle worker stops at once: then the folder is gone when this returns
+        remover.join(DROP_WAIT_S if cancelled else DROP_WAIT_S * 5)
 
-    def _remove(self, name: str, collection: Collection) -> None:
+    def _remove(self, name: str, prefix: str | None) -> None:
         try:
-            collection.close()  # waits for the cancelled job to roll back
-            shutil.rmtree(collection.root, ignore_errors=True)
+            deadline = time.monotonic() + 60
+            while self.jobs.busy(name) and time.monotonic() < deadline:  # the cancelled job rolls back
+                time.sleep(0.05)
+            if prefix is None:
+                self.home.destroy(name)
+            else:
+                self.home.destroy(name, prefix)
+        except Exception:
+            log.warning("removing collection %s's data failed", name, exc_info=True)
         finally:
             with self._lock:
                 self._deleting.pop(name, None)
 
     def _settled(self, name: str) -> None:
-        """Wait for a deletion of `name` still removing its folder, so a new one never shares it."""
+        """Wait for a deletion of `name` still removing its data, so a new one never shares it."""
         while True:
             with self._lock:
                 remover = self._deleting.get(name)
@@ -190,10 +204,12 @@ class Library:
 
     def pending(self) -> int:
         with self._lock:
-            collections = list(self._open.values())
-        return sum(c.pending for c in collections)
+            names = list(self._open)
+        return sum(self.jobs.busy(name, CHANGES) for name in names)
 
     def close(self) -> None:
+        """Stop the workers (a running job is cancelled and queued again) and close every collection."""
+        self.workers.close()
         with self._lock:
             collections, self._open = list(self._open.values()), {}
             removers = list(self._deleting.values())
@@ -201,11 +217,20 @@ class Library:
             collection.close()
         for remover in removers:
             remover.join()
+        self.home.close()
 
-    @staticmethod
-    def _write_marker(root: Path, name: str, watch: Path | None = None) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        marker = {"name": name, "created_at": utc_now()} | ({"watch": str(watch)} if watch else {})
-        tmp = root / (MARKER + ".tmp")
-        tmp.write_text(json.dumps(marker), encoding="utf-8")
-        tmp.replace(root / MARKER)
+
+def open_library(settings, services: Services, workers: int | None = None) -> Library:
+    """The service's collections where `settings` keep them: the database (`settings.database`), shared by
+    every process, or folders under `settings.data_dir`. `workers`: job threads (default: the setting)."""
+    threads = settings.job_threads if workers is None else workers
+    if settings.database is None:
+        from funnel.apps.api.home import EmbeddedHome
+
+        return Library(EmbeddedHome(settings.data_dir), services, workers=threads)
+    from funnel.apps.api.pg_home import PgHome
+    from funnel.apps.state.db import Database
+    from funnel.apps.state.pg_jobs import PgJobs
+
+    db = Database(settings.database.get_secret_value())
+    return Library(PgHome(db), services, PgJobs(db), workers=threads)

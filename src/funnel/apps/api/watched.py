@@ -19,12 +19,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from funnel.apps.api.collection import CALIBRATE, SYNC
 from funnel.apps.api.errors import Conflict
+from funnel.apps.api.home import Place
 from funnel.apps.api.library import Collection, Library, Services, check_name, one_line
+from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
 from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import MEDIA_TYPES, Upload
 from funnel.apps.watch import FolderWatcher, WatchStatus, describe, folder_name
-from funnel.errors import Cancelled, ConfigError, NotFound
+from funnel.errors import Cancelled, ConfigError, IngestError, NotFound
 from funnel.ingest.walk import classify
 from funnel.types import Chunk, SearchResult
 
@@ -34,10 +37,11 @@ STOP_WAIT_S = 30.0  # at shutdown, how long a cancelled sync may take to roll ba
 
 
 class WatchedCollection(Collection):
-    def __init__(self, name: str, root: Path, services: Services, folder: Path):
-        super().__init__(name, root, services)
+    def __init__(self, name: str, place: Place, services: Services, queue: Queue, folder: Path):
+        super().__init__(name, place, services, queue)
         self.folder = folder
         self.status = WatchStatus(str(folder))
+        self._stop: threading.Event | None = None
 
     # --- what the folder holds, from the index ------------------------------------------------------------
 
@@ -70,7 +74,7 @@ class WatchedCollection(Collection):
             status=DocumentStatus.READY,
         )
 
-    def file_path(self, record: DocumentRecord) -> Path:
+    def file_content(self, record: DocumentRecord) -> Path:
         path = Path(record.id)
         if not path.is_file():
             raise NotFound(f"the file {record.filename} is gone from {self.folder}")
@@ -103,22 +107,43 @@ class WatchedCollection(Collection):
                 "files in the folder, or use another collection")
 
     def sync(self, stop: threading.Event) -> None:
-        """One incremental ingest of the folder on the collection's worker (its one writer), waited for."""
+        """One incremental ingest of the folder, as a job in the collection's lane (its one writer), waited
+        for; its failure is raised here (the watcher says it and tries again at the next change)."""
+        self._stop = stop
+        key = f"{self.name}:sync"
+        job_id = self._queue.put(SYNC, self.name, key)
+        while (job := self._queue.wait(job_id, 0.2)) is None:
+            if stop.is_set():  # the server is stopping: the sync is cancelled (and rolls back) wherever it is
+                self._queue.jobs.cancel(key)
+                raise Cancelled(f"the sync of {self.folder}")
+        if job.state is JobState.FAILED:
+            raise IngestError(str(self.folder), job.error or "the sync failed")
 
+    def run(self, job: Job, lease: Lease) -> None:
+        if job.kind != SYNC:
+            return super().run(job, lease)
+        try:
+            changed = self._sync_now(lease)
+        except Cancelled:
+            return
+        except Exception as e:
+            raise Permanent(one_line(str(e))) from e
+        if changed and self.pending <= 1:
+            self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
+
+    def _sync_now(self, lease: Lease) -> bool:
         def cancelled(*_) -> None:
-            if stop.is_set():
+            if lease.cancelled.is_set() or (self._stop is not None and self._stop.is_set()):
                 raise Cancelled(f"the sync of {self.folder}")
 
-        def job(_: str) -> None:
-            report = self.pipeline.indexer.ingest_paths([self.folder], progress=cancelled, pages=cancelled)
-            self.status.syncs += 1
-            self.status.last_sync, self.status.last_error = utc_now(), None
-            if report.added or report.updated or report.removed:
-                self.status.last_change = describe(report)
-                self._changed = True  # calibrated again once the worker is idle (cut short by the next sync)
-                log.info("collection %s synced: %s", self.name, describe(report))
-
-        self._submit(job, "").result()
+        report = self.pipeline.indexer.ingest_paths([self.folder], progress=cancelled, pages=cancelled)
+        self.status.syncs += 1
+        self.status.last_sync, self.status.last_error = utc_now(), None
+        if not (report.added or report.updated or report.removed):
+            return False
+        self.status.last_change = describe(report)
+        log.info("collection %s synced: %s", self.name, describe(report))
+        return True
 
     def failed(self, error: Exception) -> None:
         self.status.last_error = one_line(str(error))

@@ -12,6 +12,8 @@ from funnel.apps.cli.common import LLM_HELP, EmbedderOpt, IndexOpt, RerankerOpt,
 from funnel.errors import ConfigError
 from funnel.index import location_label
 
+DATABASE_HELP = "keep the service's state in this PostgreSQL, shared by all processes [env FUNNEL_DATABASE]"
+
 
 @app.command()
 def serve(
@@ -27,16 +29,23 @@ def serve(
     watch_collection: Annotated[
         Optional[str], typer.Option(help="the watched folder's collection [default: the folder's name]")
     ] = None,
+    database: Annotated[Optional[str], typer.Option(help=DATABASE_HELP)] = None,
+    workers: Annotated[int, typer.Option(help="HTTP processes sharing the port (needs --database)", min=1, max=64)] = 1,
 ) -> None:
     """Serve the HTTP API and web page: collections, upload, search, ask (SSE), rerank; docs at /docs.
-    With --watch DIR, a collection follows the folder: edits, renames and deletes are synced as they happen."""
+    With --watch DIR, a collection follows the folder: edits, renames and deletes are synced as they happen.
+    With --database, every piece of state is in that PostgreSQL: run several servers and workers on it."""
     import uvicorn  # here, so the other commands do not pay for importing the web stack
 
     from funnel.apps.api import create_app
     from funnel.apps.api.watched import watch_specs
 
-    settings = settings_from(reranker=reranker, data_dir=data_dir, embedder=embedder, llm=llm)
+    flags = {"reranker": reranker, "data_dir": data_dir, "embedder": embedder, "llm": llm, "database": database}
+    settings = settings_from(**flags)
     specs = watch_specs(watch or [], watch_collection)
+    if workers > 1:
+        _serve_processes(settings, flags, workers, host, port, bool(specs))
+        return
     api = create_app(settings, watch=specs)
     if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
         api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
@@ -48,11 +57,86 @@ def serve(
     answers = api.state.chat.name if api.state.chat else "extractive"
     err.print(
         f"funnel serving on http://{host}:{port} (reranker: {served}, answers: {answers}, "
-        f"data: {settings.data_dir}); docs at /docs"
+        f"data: {state_label(settings)}); docs at /docs"
     )
     for spec in specs:
         err.print(f"watching {spec.folder} as collection {spec.name!r}")
     uvicorn.run(api, host=host, port=port, log_level=log_level)
+
+
+def state_label(settings) -> str:
+    """Where the service keeps its state, without a password."""
+    if settings.database is None:
+        return str(settings.data_dir)
+    from funnel.apps.state.db import Database
+
+    return Database(settings.database.get_secret_value()).label
+
+
+def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, watching: bool) -> None:
+    """`--workers N`: N uvicorn processes on one port, each building its app from the environment."""
+    import os
+
+    import uvicorn
+
+    if settings.database is None:
+        raise ConfigError("--workers N runs N processes, which share state only through a database: add "
+                          "--database postgresql://... (or FUNNEL_DATABASE)")
+    if watching:
+        raise ConfigError("--watch follows a folder from one process; drop --workers")
+    for name, value in flags.items():  # the processes read the flags as their environment
+        if value is not None:
+            os.environ[f"FUNNEL_{name.upper()}"] = str(value)
+    if exposure_warning(host, settings.api_key is not None):
+        err.print(styled("warning:", "yellow", exposure_warning(host, settings.api_key is not None)))
+    err.print(f"funnel serving on http://{host}:{port} with {workers} processes (data: {state_label(settings)}); "
+              "docs at /docs")
+    log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
+    uvicorn.run("funnel.apps.api:app_from_environment", factory=True, workers=workers, host=host, port=port,
+                log_level=log_level)
+
+
+@app.command()
+def worker(
+    database: Annotated[Optional[str], typer.Option(help=DATABASE_HELP)] = None,
+    threads: Annotated[int, typer.Option(help="jobs run at once (one per collection at most)", min=1, max=64)] = 2,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+) -> None:
+    """Run the service's jobs (ingests, deletes, calibrations) from the database's queue, beside or instead
+    of `funnel serve`'s own threads, until Ctrl-C or SIGTERM. A job this worker leaves half-done goes back
+    to the queue for another."""
+    from funnel.apps.api import services_for
+    from funnel.apps.api.library import open_library
+    from funnel.apps.factory import build_chat, reranker_from_settings
+
+    settings = settings_from(database=database, embedder=embedder, reranker=reranker)
+    if settings.database is None:
+        raise ConfigError("funnel worker takes its jobs from the service database: give --database "
+                          "postgresql://... (or FUNNEL_DATABASE)")
+    library = open_library(settings, services_for(settings, reranker_from_settings(settings), build_chat(settings)),
+                           workers=threads)
+    err.print(f"funnel worker: {threads} threads on {library.home.db.label} (Ctrl-C stops)")
+    _run_until_stopped(library.close)
+
+
+def _run_until_stopped(close) -> None:
+    """Until SIGTERM (exit 0) or Ctrl-C (exit 130); then `close`, which hands running jobs back."""
+    import signal
+    import threading
+
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        while not stopped.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        err.print("interrupted: handing running jobs back to the queue")
+        close()
+        raise typer.Exit(130) from None
+    err.print("stopping: handing running jobs back to the queue")
+    close()
 
 
 def exposure_warning(host: str, has_api_key: bool) -> str | None:

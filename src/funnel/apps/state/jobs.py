@@ -28,7 +28,7 @@ from typing import Protocol
 
 MAX_ATTEMPTS = 3
 LEASE_S = 30.0  # a worker renews its lease every RENEW_S; one that stops renewing loses the job after this
-RENEW_S = 1.0  # also how soon a running job sees that it was cancelled from another process
+RENEW_S = 0.5  # also how soon a running job sees that it was cancelled from another process
 RETRY_AFTER_S = 2.0
 
 log = logging.getLogger("funnel.jobs")  # a failed job waits this long (times its attempts) before its next try
@@ -74,11 +74,20 @@ class Jobs(Protocol):
     def cancel(self, key: str) -> int:
         """Cancel the queued and running jobs of `key`; how many there were."""
 
+    def cancel_lane(self, lane: str) -> int:
+        """Cancel every queued and running job of `lane` (a deleted collection's)."""
+
+    def release(self, job_id: int, worker: str) -> None:
+        """Back to the queue as if never tried: its worker is stopping (a server shutting down)."""
+
+    def active(self, key: str) -> bool:
+        """Whether a job of `key` is queued or running."""
+
     def waiting(self, lane: str, kind: str) -> list[str]:
         """The keys of `lane`'s queued jobs of `kind`, in the order they will run."""
 
-    def busy(self, lane: str) -> int:
-        """Jobs of `lane` queued or running."""
+    def busy(self, lane: str, kinds: Collection[str] | None = None) -> int:
+        """Jobs of `lane` (of `kinds`, or any) queued or running."""
 
     def get(self, job_id: int) -> Job | None: ...
 
@@ -169,16 +178,34 @@ class MemoryJobs:
             self._retry_or_fail(entry, error, time.monotonic(), retry)
             return entry.job.state
 
+    def release(self, job_id: int, worker: str) -> None:
+        with self._lock:
+            if (entry := self._mine(job_id, worker)) is not None:
+                state = JobState.CANCELLED if entry.cancel else JobState.QUEUED
+                entry.job = replace(entry.job, state=state, attempts=entry.job.attempts - 1)
+                entry.worker, entry.run_after = None, 0.0
+
+    def active(self, key: str) -> bool:
+        with self._lock:
+            return any(e.job.key == key and e.job.state in (JobState.QUEUED, JobState.RUNNING)
+                       for e in self._entries.values())
+
     def _forget_ended(self, keep: int = 1000) -> None:
         ended = [i for i, e in self._entries.items() if e.job.state in (JobState.DONE, JobState.CANCELLED)]
         for job_id in ended[:-keep] if len(ended) > keep else ():
             del self._entries[job_id]
 
     def cancel(self, key: str) -> int:
+        return self._cancel(lambda job: job.key == key)
+
+    def cancel_lane(self, lane: str) -> int:
+        return self._cancel(lambda job: job.lane == lane)
+
+    def _cancel(self, matches: Callable[[Job], bool]) -> int:
         with self._lock:
             hit = 0
             for entry in self._entries.values():
-                if entry.job.key == key and entry.job.state in (JobState.QUEUED, JobState.RUNNING):
+                if matches(entry.job) and entry.job.state in (JobState.QUEUED, JobState.RUNNING):
                     hit += 1
                     entry.cancel = True
                     if entry.job.state is JobState.QUEUED:
@@ -190,10 +217,11 @@ class MemoryJobs:
             return [e.job.key for e in sorted(self._entries.values(), key=lambda e: e.job.id)
                     if (e.job.lane, e.job.kind, e.job.state) == (lane, kind, JobState.QUEUED)]
 
-    def busy(self, lane: str) -> int:
+    def busy(self, lane: str, kinds: Collection[str] | None = None) -> int:
         with self._lock:
             return sum(1 for e in self._entries.values()
-                       if e.job.lane == lane and e.job.state in (JobState.QUEUED, JobState.RUNNING))
+                       if e.job.lane == lane and e.job.state in (JobState.QUEUED, JobState.RUNNING)
+                       and (kinds is None or e.job.kind in kinds))
 
     def get(self, job_id: int) -> Job | None:
         with self._lock:
@@ -214,6 +242,7 @@ class Lease:
     def __init__(self, jobs: Jobs, job: Job, worker: str, lease_s: float):
         self.job, self._jobs, self._worker, self._lease_s = job, jobs, worker, lease_s
         self.cancelled = threading.Event()
+        self.stopping = False  # cancelled because this process is stopping: the job goes back to the queue
         self._done = threading.Event()
         self._renewer = threading.Thread(target=self._renew, name=f"funnel-lease-{job.id}", daemon=True)
         self._renewer.start()
@@ -246,6 +275,8 @@ class Workers:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._running: set[Lease] = set()
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         for n in range(self._threads_n):
@@ -272,8 +303,16 @@ class Workers:
 
     def run(self, job: Job, worker: str) -> None:
         lease = Lease(self.jobs, job, worker, self._lease_s)
+        with self._lock:
+            self._running.add(lease)
+            if self._stop.is_set():
+                lease.stopping = True
+                lease.cancelled.set()
         try:
             self.handlers[job.kind](job, lease)
+            if lease.stopping:
+                _quietly(self.jobs.release, job.id, worker)
+                return
         except Permanent as e:
             log.warning("job %d (%s %s) cannot succeed: %s", job.id, job.kind, job.key, e)
             _quietly(self.jobs.fail, job.id, worker, str(e), False)
@@ -284,12 +323,44 @@ class Workers:
             _quietly(self.jobs.finish, job.id, worker)
         finally:
             lease.end()
+            with self._lock:
+                self._running.discard(lease)
 
     def close(self, wait: bool = True) -> None:
-        self._stop.set()
+        """Stop taking jobs; a running one is cancelled (it stops at its next check) and goes back to the
+        queue, for this process's next start or another process's workers."""
+        with self._lock:
+            self._stop.set()
+            for lease in self._running:
+                lease.stopping = True
+                lease.cancelled.set()
         self._wake.set()
         for thread in self._threads if wait else ():
             thread.join()
+
+
+class Queue:
+    """A process's hand on the job queue: `put` wakes this process's workers at once; `wait` waits for a
+    job's end (a DELETE waits briefly for its document's chunks to go)."""
+
+    def __init__(self, jobs: Jobs, wake: Callable[[], None] = lambda: None):
+        self.jobs, self._wake = jobs, wake
+
+    def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
+        job_id = self.jobs.put(kind, lane, key, payload, unique)
+        self._wake()
+        return job_id
+
+    def wait(self, job_id: int, timeout_s: float) -> Job | None:
+        """The job once it ended (done, failed, cancelled), or None if it had not within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.jobs.get(job_id)
+            if job is None or job.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED):
+                return job
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
 
 
 class Permanent(Exception):

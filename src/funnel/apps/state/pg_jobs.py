@@ -108,11 +108,30 @@ class PgJobs:
                 [retry, self.max_attempts, error[:2000], RETRY_AFTER_S, job_id, worker]).fetchone()
         return JobState(row[0]) if row else JobState.CANCELLED
 
+    def release(self, job_id: int, worker: str) -> None:
+        with self.db.connection() as conn:
+            conn.execute(
+                "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'queued' END, "
+                "attempts = attempts - 1, worker = NULL, lease_until = NULL, run_after = now(), updated = now() "
+                "WHERE id = %s AND worker = %s AND state = 'running'", [job_id, worker])
+
+    def active(self, key: str) -> bool:
+        with self.db.connection() as conn:
+            return conn.execute("SELECT EXISTS (SELECT 1 FROM funnel_jobs WHERE key = %s AND state IN "
+                                "('queued', 'running'))", [key]).fetchone()[0]
+
     def cancel(self, key: str) -> int:
+        return self._cancel("key", key)
+
+    def cancel_lane(self, lane: str) -> int:
+        return self._cancel("lane", lane)
+
+    def _cancel(self, column: str, value: str) -> int:
         with self.db.connection() as conn:
             return conn.execute(
                 "UPDATE funnel_jobs SET cancel = true, state = CASE WHEN state = 'queued' THEN 'cancelled' "
-                "ELSE state END, updated = now() WHERE key = %s AND state IN ('queued', 'running')", [key]).rowcount
+                f"ELSE state END, updated = now() WHERE {column} = %s AND state IN ('queued', 'running')",
+                [value]).rowcount
 
     def waiting(self, lane: str, kind: str) -> list[str]:
         with self.db.connection() as conn:
@@ -120,10 +139,12 @@ class PgJobs:
                                 "ORDER BY id", [lane, kind]).fetchall()
         return [r[0] for r in rows]
 
-    def busy(self, lane: str) -> int:
+    def busy(self, lane: str, kinds: Collection[str] | None = None) -> int:
         with self.db.connection() as conn:
             return conn.execute("SELECT count(*) FROM funnel_jobs WHERE lane = %s AND state IN ('queued', "
-                                "'running')", [lane]).fetchone()[0]
+                                "'running') AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))",
+                                [lane, None if kinds is None else list(kinds), None if kinds is None else list(kinds)]
+                                ).fetchone()[0]
 
     def get(self, job_id: int) -> Job | None:
         with self.db.connection() as conn:

@@ -1,0 +1,80 @@
+"""`funnel serve --database`: every piece of collection state in PostgreSQL, shared by several servers.
+
+Two apps on one database stand for two processes here (each has its own pool, its own workers and nothing
+in memory the other can see); tests/test_api_processes.py runs real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import httpx
+import pytest
+from api_support import CEO_QUESTION, samples, upload, wait_done
+from helpers import serving
+
+from funnel.apps.api import create_app
+from funnel.apps.settings import Settings
+
+pytest.importorskip("psycopg_pool")
+
+
+def settings(pg_dsn: str, tmp_path, **kw) -> Settings:
+    return Settings(embedder="hashing", reranker="none", database=pg_dsn, data_dir=tmp_path / "unused", **kw)
+
+
+@contextlib.contextmanager
+def servers(*apps):
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(httpx.Client(base_url=stack.enter_context(serving(app)), timeout=60))
+               for app in apps]
+
+
+def test_upload_through_one_server_search_and_delete_through_another(pg_dsn, tmp_path):
+    uploader = create_app(settings(pg_dsn, tmp_path))
+    reader = create_app(settings(pg_dsn, tmp_path, job_threads=0))  # only the uploader's process ingests
+    with servers(uploader, reader) as (a, b):
+        assert a.post("/v1/collections", json={"name": "team"}).status_code == 201
+        assert "team" in [c["name"] for c in b.get("/v1/collections").json()]
+        assert upload(a, "team", samples()).status_code == 202
+        docs = wait_done(b, "team")  # statuses come from the database
+        assert {d["status"] for d in docs} == {"ready"} and len(docs) == len(samples())
+        hits = b.post("/v1/collections/team/search", json={"query": CEO_QUESTION}).json()
+        assert hits["results"] and hits["results"][0]["document_id"] in {d["id"] for d in docs}
+        pdf = next(d for d in docs if d["filename"].endswith(".pdf"))
+        got = b.get(f"/v1/collections/team/documents/{pdf['id']}/file")
+        assert got.status_code == 200 and got.content.startswith(b"%PDF-")
+        assert got.headers["content-type"] == "application/pdf"
+        assert b.delete(f"/v1/collections/team/documents/{pdf['id']}").status_code == 204
+        assert pdf["id"] not in {d["id"] for d in a.get("/v1/collections/team/documents").json()}
+        assert a.get(f"/v1/collections/team/documents/{pdf['id']}/file").status_code == 404
+        after = a.post("/v1/collections/team/search", json={"query": CEO_QUESTION, "k": 20}).json()
+        assert after["results"] and pdf["id"] not in {d["document_id"] for d in after["results"]}
+        assert b.delete("/v1/collections/team").status_code == 204
+        assert a.get("/v1/collections/team/documents").status_code == 404  # the other server's cache is not trusted
+        assert "team" not in [c["name"] for c in a.get("/v1/collections").json()]
+    for app in (uploader, reader):
+        app.state.library.close()
+
+
+def test_a_queued_ingest_waits_for_a_worker_and_survives_a_restart(pg_dsn, tmp_path):
+    idle = create_app(settings(pg_dsn, tmp_path, job_threads=0))  # a server whose jobs go to `funnel worker`
+    with servers(idle) as (client,):
+        upload(client, "default", [("notes.txt", b"The ferry leaves Tromso at nine.")])
+        time.sleep(1.0)
+        [doc] = client.get("/v1/collections/default/documents").json()
+        assert doc["status"] == "queued" and doc["progress"] == "position 1 of 1 in the queue"
+    idle.state.library.close()
+    worker = create_app(settings(pg_dsn, tmp_path))  # started later, elsewhere: it finds the job
+    with servers(worker) as (client,):
+        [doc] = wait_done(client, "default")
+        assert doc["status"] == "ready" and doc["chunks"] >= 1
+    worker.state.library.close()
+
+
+def test_the_database_url_never_shows_its_password(pg_dsn, tmp_path):
+    app = create_app(settings(pg_dsn, tmp_path))
+    with servers(app) as (client,):
+        health = client.get("/health").text
+        assert "pg-test-pw-4711" not in health
+    app.state.library.close()
