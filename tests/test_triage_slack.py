@@ -3,6 +3,9 @@
 The receiver is the shared fake server of upstream_support, which records every body it gets and answers
 from a script (200 "ok", 429 + Retry-After, 500, 400 "invalid_payload", an answer slower than the client's
 timeout). Time is faked: the clock is a counter the test moves, and `sleep` records its delays.
+
+De-duplication and the rate limit are a contract (`AlertStateContract`) that every alert state's test class
+inherits: this process's memory here, the service database in test_state_triage.py.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from helpers import FakeClock
 from upstream_support import FakeServer, Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.triage import slack
+from funnel.apps.triage.alert_state import MemoryAlertState
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
 from funnel.apps.triage.slack import Delivery, DeliveryStatus, SlackNotifier
 from funnel.apps.triage.slack_message import HEADER_CHARS, LLM_UNAVAILABLE, MAX_BLOCKS, SECTION_CHARS
-from funnel.errors import ConfigError
+from funnel.errors import ConfigError, StoreError
 
 WEBHOOK_SECRET = "xq7SecretWebhookPathZ9"
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -81,13 +85,20 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def make(receiver, clock, sleeps):
+def alert_state():
+    """The state the notifiers of a test share; None: each keeps its own in memory (the default)."""
+    return None
+
+
+@pytest.fixture
+def make(receiver, clock, sleeps, alert_state):
     clients = []
 
     def build(url: str | None = None, **kw) -> SlackNotifier:
         client = httpx.Client()
         clients.append(client)
         kw.setdefault("timeout", 2.0)
+        kw.setdefault("state", alert_state)
         return SlackNotifier(url or receiver.url, client, clock=clock, sleep=sleeps.append, **kw)
 
     yield build
@@ -307,110 +318,125 @@ def test_an_error_that_names_the_url_is_scrubbed(clock, sleeps):
     assert "[webhook]" in delivery.detail
 
 
-# --- de-duplication ------------------------------------------------------------------------------------------
+# --- de-duplication and rate limit: the contract of every alert state -------------------------------------
 
 
-def test_duplicates_within_the_window_are_counted_not_sent(make, receiver, clock):
-    notifier = make(dedupe_window_s=3600)
-    first = notifier.notify(result("fp-a"))
-    clock.now += 60
-    second = notifier.notify(result("fp-a"))
-    clock.now += 60
-    third = notifier.notify(result("fp-a"))
-    other = notifier.notify(result("fp-b"))
-    assert [d.status for d in (first, second, third, other)] == [
-        "sent",
-        "deduplicated",
-        "deduplicated",
-        "sent",
-    ]
-    assert [d.count for d in (first, second, third)] == [1, 2, 3]
-    assert second.attempts == 0
-    assert len(receiver.bodies) == 2
+class AlertStateContract:
+    """Every alert state's test class inherits this and provides `alert_state`, the one state that all the
+    notifiers `make` builds in a test share."""
+
+    @pytest.fixture
+    def alert_state(self):
+        raise NotImplementedError
+
+    def test_duplicates_within_the_window_are_counted_not_sent(self, make, receiver, clock):
+        notifier = make(dedupe_window_s=3600)
+        first = notifier.notify(result("fp-a"))
+        clock.now += 60
+        second = notifier.notify(result("fp-a"))
+        clock.now += 60
+        third = notifier.notify(result("fp-a"))
+        other = notifier.notify(result("fp-b"))
+        assert [d.status for d in (first, second, third, other)] == [
+            "sent",
+            "deduplicated",
+            "deduplicated",
+            "sent",
+        ]
+        assert [d.count for d in (first, second, third)] == [1, 2, 3]
+        assert second.attempts == 0
+        assert len(receiver.bodies) == 2
+
+    def test_after_the_window_a_new_message_says_how_many_occurred(self, make, receiver, clock):
+        notifier = make(dedupe_window_s=3600)
+        notifier.notify(result())  # t=0: sent
+        clock.now += 600
+        notifier.notify(result())  # t=10 min: counted
+        clock.now += 600
+        notifier.notify(result())  # t=20 min: counted
+        clock.now += 3000  # t=70 min: window over
+        delivery = notifier.notify(result())
+        assert (delivery.status, delivery.count) == ("sent", 3)  # the two counted ones and this one
+        seen = receiver.bodies[-1]["blocks"][-1]["elements"][0]["text"]
+        assert seen == "fingerprint `fp-1` · seen 3 times in the last hour"
+        clock.now += 10
+        again = notifier.notify(result())  # a new window opened with that message
+        assert (again.status, again.count) == ("deduplicated", 2)
+
+    def test_a_new_window_after_a_quiet_one_reports_a_first_occurrence(self, make, receiver, clock):
+        notifier = make(dedupe_window_s=3600)
+        notifier.notify(result())
+        clock.now += 7200
+        delivery = notifier.notify(result())
+        assert (delivery.status, delivery.count) == ("sent", 1)
+        assert receiver.bodies[-1]["blocks"][-1]["elements"][0]["text"].endswith(
+            "first occurrence in the last hour"
+        )
+
+    def test_a_failed_message_opens_no_window(self, make, receiver):
+        receiver.answer(reply(400, "invalid_payload"))
+        notifier = make()
+        assert notifier.notify(result()).status == "failed"
+        delivery = notifier.notify(result())
+        assert (delivery.status, delivery.count) == ("sent", 2)  # reports the failed occurrence too
+        assert len(receiver.bodies) == 2
+
+    def test_dedupe_is_thread_safe(self, make, receiver):
+        notifier = make()
+        barrier = threading.Barrier(16)
+        deliveries: list[Delivery] = []
+        lock = threading.Lock()
+
+        def worker() -> None:
+            barrier.wait()
+            d = notifier.notify(result("fp-race"))
+            with lock:
+                deliveries.append(d)
+
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        statuses = [d.status for d in deliveries]
+        assert statuses.count("sent") == 1 and statuses.count("deduplicated") == 15
+        assert sorted(d.count for d in deliveries if d.status == "deduplicated") == list(range(2, 17))
+        assert len(receiver.bodies) == 1
+
+    def test_notifiers_on_one_state_share_its_windows_and_its_rate(self, make, receiver):
+        first, second = make(rate_per_minute=2), make(rate_per_minute=2)
+        assert first.notify(result("fp-a")).status == "sent"
+        assert second.notify(result("fp-a")).status == "deduplicated"
+        assert second.notify(result("fp-b")).status == "sent"
+        assert first.notify(result("fp-c")).status == "rate_limited"
+        assert len(receiver.bodies) == 2
+
+    # --- rate limit --------------------------------------------------------------------------------------
+
+    def test_rate_limit_drops_messages_over_the_limit(self, make, receiver, clock):
+        notifier = make(rate_per_minute=2)
+        d = [notifier.notify(result(f"fp-{i}")) for i in range(3)]
+        assert [x.status for x in d] == ["sent", "sent", "rate_limited"]
+        assert d[2].attempts == 0 and "not queued" in d[2].detail
+        assert len(receiver.bodies) == 2
+        clock.now += 30
+        assert notifier.notify(result("fp-9")).status == "rate_limited"
+        clock.now += 31  # the first two are now more than a minute old
+        later = notifier.notify(result("fp-2"))
+        assert (later.status, later.count) == ("sent", 2)  # the dropped occurrence is reported
+        assert len(receiver.bodies) == 3
+
+    def test_duplicates_do_not_use_the_rate(self, make, receiver):
+        notifier = make(rate_per_minute=1)
+        notifier.notify(result("fp-a"))
+        assert notifier.notify(result("fp-a")).status == "deduplicated"
+        assert notifier.notify(result("fp-b")).status == "rate_limited"
 
 
-def test_after_the_window_a_new_message_says_how_many_occurred(make, receiver, clock):
-    notifier = make(dedupe_window_s=3600)
-    notifier.notify(result())  # t=0: sent
-    clock.now += 600
-    notifier.notify(result())  # t=10 min: counted
-    clock.now += 600
-    notifier.notify(result())  # t=20 min: counted
-    clock.now += 3000  # t=70 min: window over
-    delivery = notifier.notify(result())
-    assert (delivery.status, delivery.count) == ("sent", 3)  # the two counted ones and this one
-    seen = receiver.bodies[-1]["blocks"][-1]["elements"][0]["text"]
-    assert seen == "fingerprint `fp-1` · seen 3 times in the last hour"
-    clock.now += 10
-    again = notifier.notify(result())  # a new window opened with that message
-    assert (again.status, again.count) == ("deduplicated", 2)
-
-
-def test_a_new_window_after_a_quiet_one_reports_a_first_occurrence(make, receiver, clock):
-    notifier = make(dedupe_window_s=3600)
-    notifier.notify(result())
-    clock.now += 7200
-    delivery = notifier.notify(result())
-    assert (delivery.status, delivery.count) == ("sent", 1)
-    assert receiver.bodies[-1]["blocks"][-1]["elements"][0]["text"].endswith(
-        "first occurrence in the last hour"
-    )
-
-
-def test_a_failed_message_opens_no_window(make, receiver):
-    receiver.answer(reply(400, "invalid_payload"))
-    notifier = make()
-    assert notifier.notify(result()).status == "failed"
-    delivery = notifier.notify(result())
-    assert (delivery.status, delivery.count) == ("sent", 2)  # reports the failed occurrence too
-    assert len(receiver.bodies) == 2
-
-
-def test_dedupe_is_thread_safe(make, receiver):
-    notifier = make()
-    barrier = threading.Barrier(16)
-    deliveries: list[Delivery] = []
-    lock = threading.Lock()
-
-    def worker() -> None:
-        barrier.wait()
-        d = notifier.notify(result("fp-race"))
-        with lock:
-            deliveries.append(d)
-
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    statuses = [d.status for d in deliveries]
-    assert statuses.count("sent") == 1 and statuses.count("deduplicated") == 15
-    assert sorted(d.count for d in deliveries if d.status == "deduplicated") == list(range(2, 17))
-    assert len(receiver.bodies) == 1
-
-
-# --- rate limit ------------------------------------------------------------------------------------------------
-
-
-def test_rate_limit_drops_messages_over_the_limit(make, receiver, clock):
-    notifier = make(rate_per_minute=2)
-    d = [notifier.notify(result(f"fp-{i}")) for i in range(3)]
-    assert [x.status for x in d] == ["sent", "sent", "rate_limited"]
-    assert d[2].attempts == 0 and "not queued" in d[2].detail
-    assert len(receiver.bodies) == 2
-    clock.now += 30
-    assert notifier.notify(result("fp-9")).status == "rate_limited"
-    clock.now += 31  # the first two are now more than a minute old
-    later = notifier.notify(result("fp-2"))
-    assert (later.status, later.count) == ("sent", 2)  # the dropped occurrence is reported
-    assert len(receiver.bodies) == 3
-
-
-def test_duplicates_do_not_use_the_rate(make, receiver):
-    notifier = make(rate_per_minute=1)
-    notifier.notify(result("fp-a"))
-    assert notifier.notify(result("fp-a")).status == "deduplicated"
-    assert notifier.notify(result("fp-b")).status == "rate_limited"
+class TestMemoryAlertState(AlertStateContract):
+    @pytest.fixture
+    def alert_state(self):
+        return MemoryAlertState()
 
 
 # --- the webhook URL is a secret --------------------------------------------------------------------------------
@@ -457,16 +483,59 @@ def test_retry_after_as_an_http_date(make, receiver, sleeps):
     assert 3.0 <= delay <= 5.0
 
 
-def test_dedupe_state_is_bounded(make, clock, monkeypatch):
-    monkeypatch.setattr(slack, "_MAX_FINGERPRINTS", 4)
-    notifier = make(rate_per_minute=1000, dedupe_window_s=60)
+DOWN = "the database at postgresql://db:5432/funnel is unavailable: connection refused"
+
+
+class UnreachableState(MemoryAlertState):
+    """Kept in memory, but failing as a shared state whose database is down does, while `down` is set
+    (`settle` too while `settle_down` is)."""
+
+    down = settle_down = False
+
+    def admit(self, *args):
+        if self.down:
+            raise StoreError(DOWN)
+        return super().admit(*args)
+
+    def settle(self, *args):
+        if self.settle_down:
+            raise StoreError(DOWN)
+        super().settle(*args)
+
+
+def test_an_unreachable_state_costs_dedupe_across_processes_not_the_alert(make, receiver, clock):
+    state = UnreachableState()
+    state.down = True
+    notifier = make(state=state)
+    first = notifier.notify(result())  # posted, de-duplicated by this process alone
+    state.down = False
+    second = notifier.notify(result())  # not asked again for a while: a burst does not wait on it each time
+    assert (first.status, second.status) == ("sent", "deduplicated")
+    assert first.detail == f"delivered; de-duplicated in this process only ({DOWN})"
+    assert len(state) == 0 and len(receiver.bodies) == 1
+    clock.now += slack.SHARED_STATE_RETRY_S + 1
+    third = notifier.notify(result())  # asked again: it never saw the first, so this one goes out
+    assert (third.status, third.detail) == ("sent", "delivered")
+    assert len(state) == 1
+
+
+def test_a_state_that_fails_after_the_post_does_not_fail_the_delivery(make, receiver):
+    state = UnreachableState()
+    state.settle_down = True
+    assert make(state=state).notify(result()).status == "sent"
+    assert len(receiver.bodies) == 1
+
+
+def test_dedupe_state_in_memory_is_bounded(make, clock):
+    state = MemoryAlertState(max_keys=4)
+    notifier = make(rate_per_minute=1000, dedupe_window_s=60, state=state)
     for i in range(10):
         notifier.notify(result(f"fp-{i}"))
-    assert len(notifier._seen) <= 4  # all active: the oldest half was forgotten
+    assert len(state) <= 4  # all active: the oldest half was forgotten
     clock.now += 120  # every window is over: expired entries go first
     for i in range(10, 13):
         notifier.notify(result(f"fp-{i}"))
-    assert len(notifier._seen) <= 4
+    assert len(state) <= 4
     assert notifier.notify(result("fp-0")).status == "sent"
 
 

@@ -1,4 +1,7 @@
-"""The incident store: every triaged error and what became of its Slack message. One SQLite file.
+"""The incident store: every triaged error and what became of its Slack message. One SQLite file here;
+`funnel.apps.state.incidents` keeps the same in the service database (`funnel serve --database`), and
+`open_incidents` there chooses. Both take their rows and queries from the helpers at the end, so both
+store the same redacted, bounded incident.
 
 What is written is redacted first (`redact_obj`): no secret of a report or an analysis reaches the disk.
 Sizes are bounded: a stack trace over `MAX_TRACE_CHARS` keeps its top and bottom around a marker, the
@@ -20,6 +23,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from funnel.apps.triage.redact import redact, redact_obj
 from funnel.apps.triage.schema import MAX_MESSAGE_CHARS, MAX_TRACE_CHARS, ErrorReport, TriageResult
@@ -52,9 +56,13 @@ _SCHEMA_V1 = (
     "CREATE INDEX incidents_by_fingerprint ON incidents (fingerprint, created_ts)",
     "CREATE INDEX incidents_by_service ON incidents (service, id)",
 )
-_COLUMNS = (
+COLUMNS = (  # in the order of Incident's fields
     "id, created_at, service, exception_type, message, fingerprint, analysis_status, result_json, "
     "slack_status, slack_detail, report_json"
+)
+INSERT_COLUMNS = (  # in the order of incident_row's values
+    "created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, report_json, "
+    "result_json"
 )
 
 
@@ -81,6 +89,23 @@ class Incident:
         return ErrorReport.model_validate_json(self.report_json)
 
 
+class Incidents(Protocol):
+    """Where triaged errors are kept: an SQLite file (`IncidentStore`) or the service database
+    (`funnel.apps.state.incidents.PostgresIncidentStore`). A StoreError says why one cannot be used."""
+
+    def record(self, report: ErrorReport, result: TriageResult) -> int: ...
+
+    def set_delivery(self, incident_id: int, delivery: Delivery) -> None: ...
+
+    def list(
+        self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
+    ) -> builtins.list[Incident]: ...
+
+    def get(self, incident_id: int) -> Incident | None: ...
+
+    def count_since(self, fingerprint: str, seconds: float) -> int: ...
+
+
 class IncidentStore:
     """Incidents in the SQLite file at `path` (its folder is created). `clock` gives Unix seconds."""
 
@@ -100,37 +125,19 @@ class IncidentStore:
 
     def record(self, report: ErrorReport, result: TriageResult) -> int:
         """Stores the redacted, size-bounded report and result; returns the new incident's id."""
-        report = _bounded_report(redact_obj(report))
-        result = _bounded_result(redact_obj(result))
-        ts = self._clock()
-        created_at = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-        row = (
-            created_at,
-            ts,
-            result.service,
-            result.exception_type,
-            report.message or result.message,
-            result.fingerprint,
-            result.analysis_status.value,
-            report.model_dump_json(),
-            result.model_dump_json(),
-        )
         with self._connect() as con:
             cursor = con.execute(
-                "INSERT INTO incidents (created_at, created_ts, service, exception_type, message, "
-                "fingerprint, analysis_status, report_json, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
+                f"INSERT INTO incidents ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                incident_row(report, result, self._clock()),
             )
             return int(cursor.lastrowid)
 
     def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
         """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
-        status = getattr(delivery.status, "value", delivery.status)
-        detail = redact(delivery.detail)[:_DETAIL_CHARS]
         with self._connect() as con:
             cursor = con.execute(
                 "UPDATE incidents SET slack_status = ?, slack_detail = ? WHERE id = ?",
-                (status, detail, incident_id),
+                (*delivery_values(delivery), incident_id),
             )
             if cursor.rowcount == 0:
                 raise StoreError(f"{self.path}: no incident {incident_id}")
@@ -142,24 +149,13 @@ class IncidentStore:
     ) -> builtins.list[Incident]:
         """The newest incidents first, at most `limit` (capped at 1000), optionally of one service or
         fingerprint."""
-        where, args = [], []
-        if service is not None:
-            where.append("service = ?")
-            args.append(service)
-        if fingerprint is not None:
-            where.append("fingerprint = ?")
-            args.append(fingerprint)
-        sql = f"SELECT {_COLUMNS} FROM incidents"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(max(0, min(int(limit), MAX_LIST)))
+        sql, args = list_query("incidents", "?", limit, service, fingerprint)
         with self._connect() as con:
             return [Incident(*row) for row in con.execute(sql, args)]
 
     def get(self, incident_id: int) -> Incident | None:
         with self._connect() as con:
-            row = con.execute(f"SELECT {_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+            row = con.execute(f"SELECT {COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
         return Incident(*row) if row else None
 
     def count_since(self, fingerprint: str, seconds: float) -> int:
@@ -214,6 +210,51 @@ class IncidentStore:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+
+
+# --- what both stores write and ask ------------------------------------------------------------------------
+
+
+def incident_row(report: ErrorReport, result: TriageResult, ts: float) -> tuple:
+    """The values of INSERT_COLUMNS for one incident at Unix time `ts`: redacted first, then bounded."""
+    report = _bounded_report(redact_obj(report))
+    result = _bounded_result(redact_obj(result))
+    created_at = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    return (
+        created_at,
+        ts,
+        result.service,
+        result.exception_type,
+        report.message or result.message,
+        result.fingerprint,
+        result.analysis_status.value,
+        report.model_dump_json(),
+        result.model_dump_json(),
+    )
+
+
+def delivery_values(delivery: Delivery) -> tuple[str, str]:
+    """(slack_status, slack_detail) of a delivery, the detail redacted and cut."""
+    return getattr(delivery.status, "value", delivery.status), redact(delivery.detail)[:_DETAIL_CHARS]
+
+
+def list_query(
+    table: str, mark: str, limit: int, service: str | None, fingerprint: str | None
+) -> tuple[str, builtins.list]:
+    """`list`'s SELECT on `table` with the driver's parameter `mark` ("?" or "%s"), and its arguments."""
+    where, args = [], []
+    if service is not None:
+        where.append(f"service = {mark}")
+        args.append(service)
+    if fingerprint is not None:
+        where.append(f"fingerprint = {mark}")
+        args.append(fingerprint)
+    sql = f"SELECT {COLUMNS} FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY id DESC LIMIT {mark}"
+    args.append(max(0, min(int(limit), MAX_LIST)))
+    return sql, args
 
 
 def _bounded_report(report: ErrorReport) -> ErrorReport:

@@ -23,7 +23,7 @@ from funnel.generate.chat import ChatModel
 from funnel.pipeline import Pipeline
 
 if TYPE_CHECKING:  # optional parts: the service runs without them
-    from funnel.apps.triage.incidents import IncidentStore
+    from funnel.apps.triage.incidents import Incidents
     from funnel.apps.triage.slack import Delivery, SlackNotifier
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class TriageService:
         repo_root: Path | None = None,
         chat: ChatModel | None = None,
         notifier: SlackNotifier | None = None,
-        incidents: IncidentStore | None = None,
+        incidents: Incidents | None = None,
         locate_config: LocateConfig | None = None,
         limits: AgentLimits | None = None,
     ):

@@ -8,6 +8,11 @@ guards in front of the HTTP call:
   new message that says how many happened meanwhile ("seen 4 times in the last 2 hours").
 - a rate limit: at most `rate_per_minute` messages in any rolling minute. A message over the limit is
   dropped (not queued); its occurrence is still counted and reported by the next message that goes out.
+- where the two guards keep their state: `state`, an `AlertState` (`alert_state.py`). By default this
+  process's memory; with `funnel.apps.state.alerts.PostgresAlertState` the service database, so that every
+  `funnel serve` process shares one window per fingerprint and one rate limit. When the shared state cannot
+  be reached the notifier posts anyway, de-duplicated within this process only, and says so in the
+  delivery's detail: an on-call engineer would rather get a possibly duplicate alert than none.
 - retries: 429 (honouring `Retry-After`, capped at 30 s), 5xx, timeouts and connection errors are retried
   with exponential backoff; any other 4xx fails at once with Slack's plain-text reason.
 
@@ -18,20 +23,28 @@ line or a `Delivery.detail`.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 import httpx
 
+from funnel.apps.triage.alert_state import (
+    Admission,
+    AlertState,
+    Deduplicated,
+    MemoryAlertState,
+    RateLimited,
+    Reservation,
+)
 from funnel.apps.triage.redact import redact
 from funnel.apps.triage.schema import TriageResult
 from funnel.apps.triage.slack_message import blocks_for, cut, duration
-from funnel.errors import ConfigError, UpstreamError, UpstreamTimeout, body_excerpt
+from funnel.errors import ConfigError, StoreError, UpstreamError, UpstreamTimeout, body_excerpt
 from funnel.http import Retry, Upstream
 from funnel.http import retry_after as _retry_after  # noqa: F401 (the reliability fuzz reads it from here)
 
@@ -39,7 +52,7 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_CAP_S = 30.0
 _DETAIL_CHARS = 300
-_MAX_FINGERPRINTS = 10_000  # de-duplication state kept in memory at most (oldest dropped first)
+SHARED_STATE_RETRY_S = 30.0  # after the shared state failed, how long this process keeps to its own
 
 
 class DeliveryStatus(StrEnum):
@@ -65,29 +78,14 @@ class Delivery:
     count: int
 
 
-@dataclass
-class _Seen:
-    window_start: float | None = None  # when the last message went out; None: no window open
-    in_window: int = 0  # occurrences since window_start, the sent one included
-    unreported: int = 0  # occurrences no message has reported yet
-    unreported_since: float = 0.0
-    in_flight: object | None = None  # the reservation of a message being posted now
-
-
-@dataclass(frozen=True)
-class _Reservation:
-    count: int
-    since: float
-    previous_window_start: float | None
-    previous_in_window: int
-
-
 class SlackNotifier:
     """Posts triage results to one Slack incoming webhook. Thread-safe; cheap to build (no connection).
 
     `client` is used as given (tests hand in one over a local server); without one, an `httpx.Client` is
     created on first use. `timeout` applies to every request. `max_retries` is the number of retries after
-    the first attempt. `clock` (monotonic seconds) and `sleep` are injectable for tests.
+    the first attempt. `state` keeps the de-duplication windows and the rate limit (this process's memory
+    unless given). `clock` (seconds; the state's own clock unless given) and `sleep` are injectable for
+    tests.
     """
 
     def __init__(
@@ -100,8 +98,9 @@ class SlackNotifier:
         backoff: float = 0.5,
         rate_per_minute: int = 20,
         dedupe_window_s: float = 3600,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        state: AlertState | None = None,
     ):
         _check_url(webhook_url)
         if timeout <= 0:
@@ -121,13 +120,13 @@ class SlackNotifier:
         self.backoff = float(backoff)
         self.rate_per_minute = rate_per_minute
         self.dedupe_window_s = float(dedupe_window_s)
-        self._clock = clock
+        self.state = state if state is not None else MemoryAlertState()
+        self._clock = clock or self.state.clock
         self._sleep = sleep
         self._retry = Retry(max_retries, self.backoff, RETRY_AFTER_CAP_S)
         self._upstream = Upstream("slack", webhook_url, self.timeout, client)
-        self._lock = threading.Lock()
-        self._seen: dict[str, _Seen] = {}
-        self._sent_at: deque[float] = deque()
+        self._local = MemoryAlertState()  # while `state` cannot be reached
+        self._shared_down: tuple[float, str] | None = None  # (until, why)
 
     def __repr__(self) -> str:  # never shows the webhook URL
         return (
@@ -149,27 +148,25 @@ class SlackNotifier:
         tries again (and reports this one too).
         """
         fingerprint = result.fingerprint
-        key = f"{result.service}\x00{fingerprint}"  # the same error in two services is two incidents
-        with self._lock:
-            now = self._clock()
-            admitted = self._admit(key, now)
-        if isinstance(admitted, Delivery):
-            log.info("slack: %s for %s (%s)", admitted.status.value, fingerprint, admitted.detail)
-            return admitted
-        reservation, token = admitted
-        span = now - reservation.since if reservation.count > 1 else None
+        key = json.dumps([result.service, fingerprint])  # the same error in two services is two incidents
+        now = self._clock()
+        state, admitted, note = self._admit(key, now)
+        if not isinstance(admitted, Reservation):
+            delivery = self._held_back(admitted, now, note)
+            log.info("slack: %s for %s (%s)", delivery.status.value, fingerprint, delivery.detail)
+            return delivery
+        span = max(0.0, now - admitted.since) if admitted.count > 1 else None
         try:
-            payload = self.blocks_for(result, reservation.count, span_s=span)
+            payload = self.blocks_for(result, admitted.count, span_s=span)
             sent, attempts, detail = self._post(payload)
         except Exception as e:  # noqa: BLE001 (a bug must not take the caller, an API request, down with it)
             reason = f"{type(e).__name__}: {self._scrub(str(e))}"
             sent, attempts, detail = False, 0, f"could not build or post the message: {reason}"
-        with self._lock:
-            self._settle(key, reservation, token, sent)
+        self._settle(state, admitted, sent)
         if sent:
-            return Delivery(DeliveryStatus.SENT, attempts, detail, reservation.count)
+            return Delivery(DeliveryStatus.SENT, attempts, detail + note, admitted.count)
         log.warning("slack: delivery failed for %s: %s", fingerprint, detail)
-        return Delivery(DeliveryStatus.FAILED, attempts, detail, reservation.count)
+        return Delivery(DeliveryStatus.FAILED, attempts, detail + note, admitted.count)
 
     # --- the message -----------------------------------------------------------------------------------
 
@@ -181,66 +178,37 @@ class SlackNotifier:
         """
         return blocks_for(result, count, span_s, self.dedupe_window_s)
 
-    # --- guards: de-duplication and rate limit (called under the lock) ---------------------------------
+    # --- guards: de-duplication and rate limit, in `state` ----------------------------------------------
 
-    def _admit(self, fingerprint: str, now: float) -> Delivery | tuple[_Reservation, object]:
-        seen = self._seen.get(fingerprint)
-        if seen is None:
-            self._prune(now)
-            seen = self._seen[fingerprint] = _Seen()
-        if seen.unreported == 0:
-            seen.unreported_since = now
-        seen.unreported += 1
-        if seen.window_start is not None and now - seen.window_start < self.dedupe_window_s:
-            seen.in_window += 1
-            ago = duration(now - seen.window_start)
-            detail = f"already sent within the last {ago}; {seen.in_window} occurrences in this window"
-            return Delivery(DeliveryStatus.DEDUPLICATED, 0, detail, seen.in_window)
-        if not self._take_slot(now):
-            detail = f"over {self.rate_per_minute} Slack messages a minute: dropped, not queued"
-            return Delivery(DeliveryStatus.RATE_LIMITED, 0, detail, seen.unreported)
-        reservation = _Reservation(seen.unreported, seen.unreported_since, seen.window_start, seen.in_window)
-        token = object()
-        seen.window_start, seen.in_window, seen.unreported, seen.in_flight = now, 1, 0, token
-        return reservation, token
+    def _admit(self, key: str, now: float) -> tuple[AlertState, Admission, str]:
+        """Asks the state; when it fails (the database is down), this process's own state for
+        `SHARED_STATE_RETRY_S`, so that the alert still goes out and a burst is not posted once per
+        occurrence. The note says so in the delivery's detail."""
+        down = self._shared_down
+        if down is None or not now < down[0] <= now + SHARED_STATE_RETRY_S:  # over, or the clock went back
+            try:
+                admitted = self.state.admit(key, now, self.dedupe_window_s, self.rate_per_minute)
+                self._shared_down = None
+                return self.state, admitted, ""
+            except StoreError as e:
+                log.warning("slack: de-duplicating in this process only for %gs: %s", SHARED_STATE_RETRY_S, e)
+                down = self._shared_down = (now + SHARED_STATE_RETRY_S, str(e))
+        admitted = self._local.admit(key, now, self.dedupe_window_s, self.rate_per_minute)
+        return self._local, admitted, f"; de-duplicated in this process only ({down[1]})"
 
-    def _settle(self, fingerprint: str, reservation: _Reservation, token: object, sent: bool) -> None:
-        """Ends a reservation. One whose message failed is undone: no window, its occurrences unreported."""
-        seen = self._seen.get(fingerprint)
-        if seen is None or seen.in_flight is not token:
-            return
-        seen.in_flight = None
-        if sent:
-            return
-        since = min(reservation.since, seen.unreported_since) if seen.unreported else reservation.since
-        seen.unreported += reservation.count
-        seen.unreported_since = since
-        seen.window_start, seen.in_window = reservation.previous_window_start, reservation.previous_in_window
+    def _held_back(self, admitted: Deduplicated | RateLimited, now: float, note: str) -> Delivery:
+        if isinstance(admitted, Deduplicated):
+            ago = duration(max(0.0, now - admitted.window_start))
+            detail = f"already sent within the last {ago}; {admitted.in_window} occurrences in this window"
+            return Delivery(DeliveryStatus.DEDUPLICATED, 0, detail + note, admitted.in_window)
+        detail = f"over {self.rate_per_minute} Slack messages a minute: dropped, not queued"
+        return Delivery(DeliveryStatus.RATE_LIMITED, 0, detail + note, admitted.unreported)
 
-    def _take_slot(self, now: float) -> bool:
-        while self._sent_at and now - self._sent_at[0] >= 60.0:
-            self._sent_at.popleft()
-        if len(self._sent_at) >= self.rate_per_minute:
-            return False
-        self._sent_at.append(now)
-        return True
-
-    def _prune(self, now: float) -> None:
-        if len(self._seen) < _MAX_FINGERPRINTS:
-            return
-
-        def expired(s: _Seen) -> bool:
-            closed = s.window_start is None or now - s.window_start >= self.dedupe_window_s
-            return closed and s.unreported == 0 and s.in_flight is None
-
-        for key in [k for k, s in self._seen.items() if expired(s)]:
-            del self._seen[key]
-        if len(self._seen) >= _MAX_FINGERPRINTS:  # all active: forget the oldest half
-            by_age = sorted(
-                self._seen, key=lambda k: self._seen[k].window_start or self._seen[k].unreported_since
-            )
-            for key in by_age[: len(by_age) // 2]:
-                del self._seen[key]
+    def _settle(self, state: AlertState, reservation: Reservation, sent: bool) -> None:
+        try:
+            state.settle(reservation, sent)
+        except StoreError as e:  # the message's outcome stands; a failed one's window stays open
+            log.warning("slack: could not record the outcome of the message for %s: %s", reservation.key, e)
 
     # --- HTTP --------------------------------------------------------------------------------------------
 
