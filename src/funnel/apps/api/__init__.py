@@ -29,7 +29,7 @@ import funnel
 from funnel.apps.api import ask, collections, embeddings, metrics, rerank
 from funnel.apps.api.conversations import Conversations, QueryRewriter
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
-from funnel.apps.api.library import LazyEmbedder, Services, open_library
+from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
 from funnel.apps.api.metrics import Metrics
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.watched import WatchedFolders
@@ -60,11 +60,12 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     chat = build_chat(settings)
     services = services_for(settings, reranker, chat)
     embedder, generator = services.embedder, services.generator
-    library = open_library(settings, services)
+    db = open_database(settings)
+    library = open_library(settings, services, db=db)
     if triage is None and settings.repo is not None:
         from funnel.apps.triage.build import build_triage
 
-        triage = build_triage(settings, reranker=reranker, chat=chat)
+        triage = build_triage(settings, reranker=reranker, chat=chat, db=db)
     app = FastAPI(
         title="funnel",
         version=funnel.__version__,

@@ -220,17 +220,26 @@ class Library:
         self.home.close()
 
 
-def open_library(settings, services: Services, workers: int | None = None) -> Library:
-    """The service's collections where `settings` keep them: the database (`settings.database`), shared by
-    every process, or folders under `settings.data_dir`. `workers`: job threads (default: the setting)."""
+def open_library(settings, services: Services, workers: int | None = None, db=None) -> Library:
+    """The service's collections where `settings` keep them: the service database (`db`, built from
+    `settings.database` when not given), shared by every process, or folders under `settings.data_dir`.
+    `workers`: job threads (default: the setting)."""
     threads = settings.job_threads if workers is None else workers
     if settings.database is None:
         from funnel.apps.api.home import EmbeddedHome
 
         return Library(EmbeddedHome(settings.data_dir), services, workers=threads)
     from funnel.apps.api.pg_home import PgHome
-    from funnel.apps.state.db import Database
     from funnel.apps.state.pg_jobs import PgJobs
 
-    db = Database(settings.database.get_secret_value())
+    db = db if db is not None else open_database(settings)
     return Library(PgHome(db), services, PgJobs(db), workers=threads)
+
+
+def open_database(settings):
+    """The service database `settings.database` names (a pool that connects on first use), or None."""
+    if settings.database is None:
+        return None
+    from funnel.apps.state.db import Database
+
+    return Database(settings.database.get_secret_value())

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from funnel.apps.factory import build_chat, build_pipeline
 from funnel.apps.settings import Settings
-from funnel.apps.triage.incidents import IncidentStore
+from funnel.apps.state.alerts import open_alert_state
+from funnel.apps.state.incidents import open_incidents
 from funnel.apps.triage.service import TriageService
 from funnel.apps.triage.slack import SlackNotifier
 from funnel.errors import ConfigError
@@ -23,9 +24,10 @@ def default_repo_index(repo: Path) -> Path:
     return cache / f"{repo.name or 'root'}-{digest}"
 
 
-def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=None) -> TriageService:
+def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=None, db=None) -> TriageService:
     """The triage service of `settings`. `reranker` and `chat`, when given (by `funnel serve`, which has
-    built them already), are shared instead of built twice. The repository's index is `settings.index`
+    built them already), are shared instead of built twice; so is `db`, the service database (`funnel serve
+    --database`), which then holds the incidents and the alert dedupe every process shares. The repository's index is `settings.index`
     when one was set, else `default_repo_index(repo)` (the one `funnel triage --repo` uses)."""
     repo = settings.repo.resolve() if settings.repo else None
     if repo is not None and not repo.is_dir():
@@ -42,7 +44,7 @@ def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=Non
         pipeline,
         repo_root=repo,
         chat=chat if chat is not None else build_chat(settings),
-        notifier=SlackNotifier(webhook, timeout=settings.slack_timeout_s, max_retries=settings.slack_retries)
-        if webhook else None,
-        incidents=IncidentStore(settings.incidents),
+        notifier=SlackNotifier(webhook, timeout=settings.slack_timeout_s, max_retries=settings.slack_retries,
+                               state=open_alert_state(db)) if webhook else None,
+        incidents=open_incidents(db, settings.incidents),
     )
