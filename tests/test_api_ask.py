@@ -15,6 +15,8 @@ from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 from funnel.apps.api import create_app
 from funnel.apps.api.conversations import Conversations, Turn, heuristic_rewrite
 from funnel.apps.settings import Settings
+from funnel.apps.state.conversations import open_conversations
+from funnel.apps.state.db import Database, DatabaseUnavailable
 
 FOLLOW_UP = "How many employees does it have?"
 
@@ -228,6 +230,42 @@ def test_twenty_concurrent_askers_while_an_ingest_runs(tmp_path):
 
 
 # --- conversations, in-process ---------------------------------------------------------------------------
+
+
+def test_a_conversation_continues_on_another_server_sharing_the_database(data_dir, pg_dsn):
+    dbs = [Database(pg_dsn) for _ in range(2)]
+    apps = [create_app(Settings(embedder="hashing", data_dir=data_dir)) for _ in dbs]
+    for app, db in zip(apps, dbs):  # two `funnel serve --database` processes
+        app.state.conversations = open_conversations(db)
+    with serving(apps[0]) as one, serving(apps[1]) as other:
+        with httpx.Client(base_url=one, timeout=30) as client:
+            first = ask(client).json()
+        with httpx.Client(base_url=other, timeout=30) as client:
+            events = dict(ask_stream(client, FOLLOW_UP, conversation_id=first["conversation_id"]))
+    assert events["meta"]["rewritten_by"] == "heuristic" and "Zentara" in events["meta"]["search_query"]
+    assert [t.question for t in apps[0].state.conversations.history(first["conversation_id"])] == [
+        CEO_QUESTION, FOLLOW_UP]
+    for db in dbs:
+        db.close()
+
+
+class ForgetfulConversations(Conversations):
+    """Reads work; remembering a turn finds the service's database gone (it went down mid-answer)."""
+
+    def add(self, conversation_id: str, turn: Turn) -> None:
+        raise DatabaseUnavailable("the database at postgresql://127.0.0.1:1/funnel is unavailable: gone")
+
+
+def test_an_answer_that_cannot_be_remembered_is_a_503_or_an_error_event(data_dir):
+    app = create_app(Settings(embedder="hashing", data_dir=data_dir))
+    app.state.conversations = ForgetfulConversations()
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        response = ask(client)
+        events = ask_stream(client)
+    assert response.status_code == 503 and response.headers["retry-after"]
+    assert "unavailable" in response.json()["detail"]
+    assert [name for name, _ in events][0] == "meta" and events[-1] == (
+        "error", {"detail": "the database at postgresql://127.0.0.1:1/funnel is unavailable: gone"})
 
 
 def test_conversations_are_bounded():

@@ -111,7 +111,8 @@ async def ask(name: str, body: AskRequest, request: Request):
     if not _wants_stream(request, body):
         t0 = time.perf_counter()
         answer = await run_in_threadpool(generator.answer, prepared.result.query, prepared.result)
-        return _finish(request, prepared, answer, 1000 * (time.perf_counter() - t0))
+        # In a thread: remembering the turn may be a database write (`funnel serve --database`).
+        return await run_in_threadpool(_finish, request, prepared, answer, 1000 * (time.perf_counter() - t0))
     stream = answer_stream(generator, prepared.result.query, prepared.result)
     return StreamingResponse(
         _events(request, prepared, stream),
@@ -155,7 +156,12 @@ async def _events(request: Request, prepared: Prepared, stream: AnswerStream) ->
             if kind == "delta":
                 yield sse("delta", {"text": payload})
             elif kind == "done":
-                response = _finish(request, prepared, payload, 1000 * (time.perf_counter() - started))
+                ms = 1000 * (time.perf_counter() - started)
+                try:
+                    response = await run_in_threadpool(_finish, request, prepared, payload, ms)
+                except FunnelError as e:  # the turn could not be remembered (the database is down)
+                    yield sse("error", {"detail": str(e)})
+                    return
                 yield sse("done", response.model_dump())
                 return
             else:

@@ -4,7 +4,9 @@ answer on its own ("How many employees does it have?" -> "... Zentara Robotics")
 Memory is in-process and bounded on every axis: the last MAX_TURNS turns of a conversation, at most
 MAX_CHARS of them, at most MAX_CONVERSATIONS conversations (the least recently used is forgotten first).
 A restart forgets every conversation; an id the server does not know (forgotten, or chosen by the client)
-starts a new, empty conversation under that id.
+starts a new, empty conversation under that id. With `funnel serve --database`,
+`funnel.apps.state.conversations.SharedConversations` keeps them in PostgreSQL, with the same bounds, so a
+conversation continues on any process of the service and outlives restarts.
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ class Turn:
         return len(self.question) + len(self.answer)
 
 
+def remembered(turn: Turn, max_chars: int) -> Turn:
+    """What is kept of a turn: the question up to `max_chars`, the answer up to ANSWER_CHARS, no NUL
+    characters (a PostgreSQL text cannot hold one; the in-process memory keeps what the database would)."""
+
+    def clean(text: str) -> str:
+        return text.replace("\x00", "")
+
+    return Turn(clean(turn.question)[:max_chars], clean(turn.search_query), clean(turn.answer)[:ANSWER_CHARS])
+
+
 def new_conversation_id() -> str:
     return secrets.token_urlsafe(12)
 
@@ -94,7 +106,7 @@ class Conversations:
             return tuple(turns)
 
     def add(self, conversation_id: str, turn: Turn) -> None:
-        turn = Turn(turn.question[: self.max_chars], turn.search_query, turn.answer[:ANSWER_CHARS])
+        turn = remembered(turn, self.max_chars)
         with self._lock:
             turns = self._turns.get(conversation_id)
             if turns is None:

@@ -1,5 +1,7 @@
 """`GET /health` and `GET /metrics`: request counts per route and status, per-stage latency percentiles over
-the last WINDOW observations, the ingest queue. In-process and thread-safe; a restart starts from zero.
+the last WINDOW observations, the ingest queue. `Metrics` counts in this process (thread-safe; a restart
+starts from zero); with `funnel serve --database`, `funnel.apps.state.metrics.SharedMetrics` counts for
+every process of the service and renders the same document (`summary`).
 
 Routes are counted by their template (`/v1/collections/{name}/search`), never by the raw path, so the
 number of counters stays bounded whatever clients send; paths that match no route count as "unmatched".
@@ -45,25 +47,33 @@ class Metrics:
 
     def snapshot(self) -> dict:
         with self._lock:
-            requests = sorted(self._requests.items())
-            stages = {name: sorted(values) for name, values in self._stages.items()}
-        latency = {}
-        for name in [*STAGES, *sorted(set(stages) - set(STAGES))]:
-            values = stages.get(name, [])
-            latency[name] = {
-                "count": len(values),
-                "p50_ms": round(percentile(values, 50), 3) if values else None,
-                "p95_ms": round(percentile(values, 95), 3) if values else None,
-            }
-        return {
-            "uptime_s": round(time.time() - self._started, 1),
-            "requests": [
-                {"method": m, "route": r, "status": s, "count": n} for (m, r, s), n in requests
-            ],
-            "requests_total": sum(n for _, n in requests),
-            "latency_ms": latency,
-            "window": self._window,
+            requests = Counter(self._requests)
+            stages = {name: list(values) for name, values in self._stages.items()}
+        return summary(requests, stages, self._window, self._started)
+
+    def close(self) -> None:
+        """Nothing to hand back; here so the app closes either kind of metrics the same way."""
+
+
+def summary(requests: Counter, stages: dict[str, list[float]], window: int, started: float) -> dict:
+    """The /metrics document, one shape for this process's counts and the whole service's: counts per
+    (method, route, status), and p50/p95 over each stage's last `window` observations."""
+    rows = sorted(requests.items())
+    latency = {}
+    for name in [*STAGES, *sorted(set(stages) - set(STAGES))]:
+        values = sorted(stages.get(name, []))
+        latency[name] = {
+            "count": len(values),
+            "p50_ms": round(percentile(values, 50), 3) if values else None,
+            "p95_ms": round(percentile(values, 95), 3) if values else None,
         }
+    return {
+        "uptime_s": round(time.time() - started, 1),
+        "requests": [{"method": m, "route": r, "status": s, "count": n} for (m, r, s), n in rows],
+        "requests_total": sum(n for _, n in rows),
+        "latency_ms": latency,
+        "window": window,
+    }
 
 
 router = APIRouter(tags=["health"])

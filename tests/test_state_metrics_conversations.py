@@ -1,0 +1,304 @@
+"""Metrics and conversation memory, in one process and shared through PostgreSQL (`funnel serve --database`):
+one contract for both, then what only the shared kind promises (two processes act as one service, a
+database outage loses no counts, no password in any error). Two `Database`s on one database stand for two
+processes."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from funnel.apps.api.conversations import ANSWER_CHARS, Conversations, Turn
+from funnel.apps.api.metrics import STAGES, Metrics
+from funnel.apps.state import db as state_db
+from funnel.apps.state.conversations import SharedConversations, open_conversations
+from funnel.apps.state.db import Database, DatabaseUnavailable
+from funnel.apps.state.metrics import SharedMetrics, open_metrics
+from pg_support import PASSWORD
+
+pytest.importorskip("psycopg_pool")
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def database(request):
+    """None (the in-process kind) or a Database on a fresh PostgreSQL database (the shared kind)."""
+    if request.param == "embedded":
+        yield None
+        return
+    db = Database(request.getfixturevalue("pg_dsn"))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def two_processes(pg_dsn):
+    dbs = Database(pg_dsn), Database(pg_dsn)
+    yield dbs
+    for db in dbs:
+        db.close()
+
+
+def counts(snapshot: dict) -> dict[tuple[str, str, int], int]:
+    return {(r["method"], r["route"], r["status"]): r["count"] for r in snapshot["requests"]}
+
+
+def questions(history: tuple[Turn, ...]) -> list[str]:
+    return [t.question for t in history]
+
+
+# --- the contract: both kinds -----------------------------------------------------------------------
+
+
+def test_the_factories_choose_by_database(database):
+    kinds = (Metrics, Conversations) if database is None else (SharedMetrics, SharedConversations)
+    assert (type(open_metrics(database)), type(open_conversations(database))) == kinds
+
+
+def test_requests_are_counted_per_method_route_and_status(database):
+    metrics = open_metrics(database)
+    for status in (200, 200, 404):
+        metrics.count_request("POST", "/v1/collections/{name}/search", status)
+    metrics.count_request("GET", "unmatched", 404)
+    snapshot = metrics.snapshot()
+    metrics.close()
+    assert counts(snapshot) == {
+        ("GET", "unmatched", 404): 1,
+        ("POST", "/v1/collections/{name}/search", 200): 2,
+        ("POST", "/v1/collections/{name}/search", 404): 1,
+    }
+    assert snapshot["requests"][0]["method"] == "GET"  # sorted
+    assert snapshot["requests_total"] == 4 and snapshot["uptime_s"] >= 0
+
+
+def test_latency_is_the_nearest_rank_over_each_stages_last_window(database):
+    metrics = open_metrics(database, window=4)
+    for n, ms in enumerate([60.0, 10.0, 50.0, 20.0, 40.0, 30.0]):
+        metrics.observe({"first_stage": ms, "rewrite": 7.0} if n == 5 else {"first_stage": ms})
+        if n % 2 and isinstance(metrics, SharedMetrics):
+            metrics.flush()  # some in the database, some still in this process
+    latency = metrics.snapshot()["latency_ms"]
+    metrics.close()
+    assert list(latency) == [*STAGES, "rewrite"]  # the known stages first, in pipeline order
+    # The last four: 50, 20, 40, 30; nearest rank: p50 the 2nd smallest, p95 the 4th.
+    assert latency["first_stage"] == {"count": 4, "p50_ms": 30.0, "p95_ms": 50.0}
+    assert latency["rewrite"] == {"count": 1, "p50_ms": 7.0, "p95_ms": 7.0}
+    assert latency["generate"] == {"count": 0, "p50_ms": None, "p95_ms": None}
+
+
+def test_conversations_are_bounded(database):
+    conversations = open_conversations(database, max_conversations=3, max_turns=2, max_chars=100)
+    for n in range(5):
+        conversations.add(f"c{n}", Turn("q", "q", "a"))
+    assert len(conversations) == 3 and conversations.history("c0") == ()
+    for n in range(4):
+        conversations.add("c4", Turn(f"q{n}", f"q{n}", "a" * 10))
+    assert questions(conversations.history("c4")) == ["q2", "q3"]
+    conversations.add("c4", Turn("long", "long", "b" * 95))  # 99 characters: the turn before it goes
+    assert questions(conversations.history("c4")) == ["long"]
+    conversations.add("c4", Turn("huge", "huge", "c" * 500))  # over the limit alone: still remembered
+    assert questions(conversations.history("c4")) == ["huge"]
+
+
+def test_reading_a_conversation_keeps_it_from_being_forgotten(database):
+    conversations = open_conversations(database, max_conversations=2)
+    conversations.add("a", Turn("qa", "qa", "x"))
+    conversations.add("b", Turn("qb", "qb", "x"))
+    assert questions(conversations.history("a")) == ["qa"]
+    conversations.add("c", Turn("qc", "qc", "x"))
+    assert (conversations.history("b"), questions(conversations.history("a"))) == ((), ["qa"])
+
+
+def test_a_turn_is_remembered_cut_to_size_and_without_nul(database):
+    conversations = open_conversations(database, max_chars=50)
+    assert conversations.history("never-seen") == ()
+    conversations.add("c", Turn("q\x00" + "w" * 80, "search\x00 query", "a" * (ANSWER_CHARS + 10)))
+    (turn,) = conversations.history("c")
+    assert turn == Turn("q" + "w" * 49, "search query", "a" * ANSWER_CHARS)
+
+
+# --- shared: several processes are one service -----------------------------------------------------
+
+
+def test_every_process_shows_the_whole_services_counts(two_processes):
+    a, b = (SharedMetrics(db) for db in two_processes)
+    a.count_request("GET", "/health", 200)
+    a.count_request("GET", "/health", 200)
+    a.observe({"rerank": 5.0})
+    a.flush()
+    b.count_request("GET", "/health", 200)  # not written yet: the snapshot adds what b holds
+    b.observe({"rerank": 15.0})
+    from_b = b.snapshot()
+    from_a = a.snapshot()  # b's snapshot wrote b's counts
+    for metrics in (a, b):
+        metrics.close()
+    for snapshot in (from_a, from_b):
+        assert counts(snapshot) == {("GET", "/health", 200): 3}
+        assert snapshot["latency_ms"]["rerank"] == {"count": 2, "p50_ms": 5.0, "p95_ms": 15.0}
+
+
+def test_what_is_counted_while_a_snapshot_reads_is_in_it(pg_dsn):
+    db = Database(pg_dsn)
+    metrics = SharedMetrics(db, flush_s=3600)
+
+    class CountedMeanwhile:
+        """The database, but a request is counted (on the event loop) as the snapshot starts reading."""
+
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        @contextmanager
+        def connection(self):
+            metrics.count_request("GET", "/health", 200)
+            metrics.observe({"rerank": 3.0})
+            with db.connection() as conn:
+                yield conn
+
+    metrics.db = CountedMeanwhile()
+    snapshot = metrics.snapshot()
+    assert counts(snapshot) == {("GET", "/health", 200): 1}
+    assert snapshot["latency_ms"]["rerank"]["count"] == 1
+    metrics.db = db
+    metrics.close()
+    db.close()
+
+
+def test_counts_are_written_by_the_thread_and_at_close(two_processes):
+    a, b = two_processes
+    reader = SharedMetrics(b)
+    ticking = SharedMetrics(a, flush_s=0.05)
+    ticking.count_request("GET", "/metrics", 200)
+    deadline = time.monotonic() + 30
+    while not counts(reader.snapshot()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert counts(reader.snapshot()) == {("GET", "/metrics", 200): 1}  # without a flush by the test
+    idle = SharedMetrics(a, flush_s=3600)
+    idle.count_request("GET", "/metrics", 200)
+    idle.close()
+    ticking.close()
+    assert counts(reader.snapshot()) == {("GET", "/metrics", 200): 2}
+
+
+def test_processes_flushing_together_count_every_request_once(two_processes):
+    routes = [f"/r{n}" for n in range(20)]
+    metrics = [SharedMetrics(db, window=50, flush_s=0.01) for db in two_processes]
+
+    def hammer(m: SharedMetrics, order: list[str]) -> None:
+        for _ in range(25):
+            for route in order:
+                m.count_request("GET", route, 200)
+                m.observe({"group": 1.0})
+
+    threads = [threading.Thread(target=hammer, args=(m, routes[::step])) for m, step in zip(metrics, (1, -1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for m in metrics:
+        m.close()
+    snapshot = SharedMetrics(two_processes[0], window=50).snapshot()
+    assert counts(snapshot) == {("GET", route, 200): 50 for route in routes}
+    assert snapshot["latency_ms"]["group"]["count"] == 50  # the window, not all 1000
+    with two_processes[0].connection() as conn:  # trimmed: the table does not grow with the service's age
+        assert conn.execute("SELECT count(*) FROM funnel_metric_timings").fetchone()[0] <= 50
+
+
+@pytest.mark.slow
+def test_an_outage_loses_no_counts_and_is_logged_once(pg_dsn, monkeypatch, caplog):
+    import psycopg
+
+    monkeypatch.setattr(state_db, "POOL_TIMEOUT_S", 0.5)  # a refused connection is an error in half a second
+    name = pg_dsn.rsplit("/", 1)[1]
+    admin = psycopg.connect(pg_dsn.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+    db = Database(pg_dsn)
+    metrics = SharedMetrics(db, flush_s=3600)
+    metrics.count_request("GET", "/health", 200)
+    metrics.flush()
+    admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+    caplog.set_level(logging.WARNING, logger="funnel.apps.state.metrics")
+    for _ in range(2):
+        metrics.count_request("GET", "/health", 200)  # a request never waits on, nor fails with, the database
+        with pytest.raises(DatabaseUnavailable) as caught:
+            metrics.snapshot()  # GET /metrics: 503, not one process's partial counts
+        assert PASSWORD not in str(caught.value)
+    assert len([r for r in caplog.records if "metrics are kept" in r.message]) == 1
+    assert PASSWORD not in caplog.text
+    admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    deadline = time.monotonic() + 60
+    while True:  # the pool reconnects with a back-off of its own
+        try:
+            metrics.flush()
+            break
+        except DatabaseUnavailable:
+            assert time.monotonic() < deadline, "the database did not come back"
+    metrics.close()
+    assert counts(SharedMetrics(db).snapshot()) == {("GET", "/health", 200): 3}  # none lost, none twice
+    db.close()
+    admin.close()
+
+
+def test_a_conversation_continues_on_another_process(two_processes):
+    a, b = (SharedConversations(db, max_turns=3) for db in two_processes)
+    a.add("c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara Robotics", "Iris Kallas."))
+    assert questions(b.history("c1")) == ["Who is the CEO of Zentara Robotics?"]
+    b.add("c1", Turn("How many employees does it have?", "employees Zentara Robotics", "About 240."))
+    assert questions(a.history("c1")) == [
+        "Who is the CEO of Zentara Robotics?", "How many employees does it have?"]
+
+
+def test_processes_adding_to_one_conversation_together_keep_its_bounds(two_processes):
+    a, b = (SharedConversations(db, max_conversations=5, max_turns=3) for db in two_processes)
+
+    def talk(conversations: SharedConversations, who: str) -> None:
+        for n in range(15):
+            conversations.add("shared", Turn(f"{who}{n}", "q", "x"))
+            conversations.add(f"{who}-own-{n}", Turn("q", "q", "x"))
+
+    threads = [threading.Thread(target=talk, args=pair) for pair in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    history = questions(a.history("shared"))
+    assert len(history) == 3 and len(set(history)) == 3
+    assert {"a14", "b14"} & set(history)  # the last turns survive, whoever wrote them
+    assert len(b) == 5
+
+
+def test_forgetting_is_bounded_per_add_and_catches_up(pg_dsn):
+    db = Database(pg_dsn)
+    roomy = SharedConversations(db, max_conversations=100)
+    for n in range(10):
+        roomy.add(f"c{n}", Turn("q", "q", "x"))
+    tight = SharedConversations(db, max_conversations=2, evict_batch=3)  # a restart with a lower bound
+    sizes = []
+    for n in range(4):
+        tight.add("c9", Turn(f"again{n}", "q", "x"))
+        sizes.append(len(tight))
+    assert sizes == [7, 4, 2, 2]
+    assert questions(tight.history("c9")) == ["q", "again0", "again1", "again2", "again3"]
+    assert tight.history("c8") != ()  # the most recently used before c9 stays
+    db.close()
+
+
+def test_a_database_that_is_down_is_a_503_without_the_password(monkeypatch):
+    monkeypatch.setattr(state_db, "POOL_TIMEOUT_S", 0.5)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = Database(f"postgresql://funnel:s3cret-pw@127.0.0.1:{port}/funnel")
+    conversations = SharedConversations(db)
+    metrics = SharedMetrics(db, flush_s=3600)
+    metrics.count_request("POST", "/v1/collections/{name}/ask", 200)
+    for call in (lambda: conversations.history("c"), lambda: conversations.add("c", Turn("q", "q", "a")),
+                 metrics.snapshot):
+        with pytest.raises(DatabaseUnavailable) as caught:
+            call()
+        assert "s3cret-pw" not in str(caught.value) and "unavailable" in str(caught.value)
+    metrics.close()  # logs what it could not write; raises nothing
+    db.close()
