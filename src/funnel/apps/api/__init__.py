@@ -27,10 +27,9 @@ from starlette.middleware.cors import CORSMiddleware
 
 import funnel
 from funnel.apps.api import ask, collections, embeddings, metrics, rerank
-from funnel.apps.api.conversations import Conversations, QueryRewriter
+from funnel.apps.api.conversations import QueryRewriter
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
-from funnel.apps.api.metrics import Metrics
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
@@ -80,8 +79,11 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     if watch and library.home.shared:
         raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
     state.watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
-    state.metrics = Metrics()
-    state.conversations = Conversations()
+    from funnel.apps.state.conversations import open_conversations  # here: they import this package's modules
+    from funnel.apps.state.metrics import open_metrics
+
+    state.metrics = open_metrics(db)
+    state.conversations = open_conversations(db)
     state.rewriter = QueryRewriter(chat)
     _add_routes(app)
     _add_middleware(app, settings)
@@ -123,6 +125,7 @@ async def _lifespan(app: FastAPI):
     finally:
         await run_in_threadpool(state.watched.close)  # a running sync is cancelled and rolls back
         # Queued uploads stay "queued" in their registry and resume at the next start.
+        await run_in_threadpool(state.metrics.close)  # the last buffered counts, while the database is open
         await run_in_threadpool(state.library.close)
         owned = [state.reranker, state.chat]
         owned += [state.triage.notifier, state.triage.chat] if state.triage is not None else []
