@@ -69,6 +69,9 @@ class _Settings(BaseSettings):
     job_threads: int = Field(
         2, ge=0, le=64, description="serve: threads running ingest and calibration jobs (0: `funnel worker` does)"
     )
+    job_lease_s: float = Field(
+        30.0, ge=1, le=3600, description="serve/worker: a job whose process stops renewing it is taken again after this"
+    )
     max_upload_mb: int = Field(50, ge=1, le=10_000, description="serve: largest upload request, in MiB")
     api_key: SecretStr | None = Field(
         None, description="serve: required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, /metrics"

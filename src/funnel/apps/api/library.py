@@ -22,7 +22,7 @@ from funnel.apps.api.collection import (
 )
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.home import Home
-from funnel.apps.state.jobs import Job, Jobs, Lease, MemoryJobs, Permanent, Queue, Workers
+from funnel.apps.state.jobs import LEASE_S, Job, Jobs, Lease, MemoryJobs, Permanent, Queue, Workers
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, NotFound
 
@@ -66,18 +66,23 @@ class Library:
     """Every collection in `home`. Nothing is written until a collection is used. `workers` threads run the
     collections' jobs (0: another process's `funnel worker` does)."""
 
-    def __init__(self, home: Home, services: Services, jobs: Jobs | None = None, workers: int = 2):
+    def __init__(self, home: Home, services: Services, jobs: Jobs | None = None, workers: int = 2,
+                 lease_s: float = LEASE_S):
         self.home = home
         self.services = services
         self.jobs = jobs if jobs is not None else MemoryJobs()
         self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run), f"{socket.gethostname()}-{os.getpid()}",
-                               threads=workers)
+                               threads=workers, lease_s=lease_s)
         self.queue = Queue(self.jobs, self.workers.wake)
         self._open: dict[str, Collection] = {}
         self._deleting: dict[str, threading.Thread] = {}  # collections whose data is being removed
         self._lock = threading.Lock()
         if workers:
             self.workers.start()
+
+    def handle(self, kind: str, handler) -> None:
+        """Also run jobs of `kind` on this process's workers (`handler(job, lease)`), e.g. triage's."""
+        self.workers.handlers[kind] = handler
 
     def names(self) -> list[str]:
         return sorted({n for n in self.home.names() if NAME.match(n)} | {DEFAULT_COLLECTION})
@@ -228,12 +233,12 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
     if settings.database is None:
         from funnel.apps.api.home import EmbeddedHome
 
-        return Library(EmbeddedHome(settings.data_dir), services, workers=threads)
+        return Library(EmbeddedHome(settings.data_dir), services, workers=threads, lease_s=settings.job_lease_s)
     from funnel.apps.api.pg_home import PgHome
     from funnel.apps.state.pg_jobs import PgJobs
 
     db = db if db is not None else open_database(settings)
-    return Library(PgHome(db), services, PgJobs(db), workers=threads)
+    return Library(PgHome(db), services, PgJobs(db), workers=threads, lease_s=settings.job_lease_s)
 
 
 def open_database(settings):
