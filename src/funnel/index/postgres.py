@@ -114,6 +114,18 @@ class PgStore:
             reason = _first_line(e, self._password)
             raise StoreError(f"cannot connect to PostgreSQL at {self._where_to}: {reason}") from None
 
+    @staticmethod
+    def _alive(conn) -> bool:
+        """One empty round trip (as psycopg's pool checks a connection): a search after the server came back
+        reconnects instead of failing once."""
+        if conn.closed or conn.broken:
+            return False
+        try:
+            conn.execute("")
+            return True
+        except Exception:  # noqa: BLE001 (any failure means: reconnect)
+            return False
+
     def drop(self) -> None:
         """Remove the index's tables (a deleted collection's index); nothing else is touched."""
         with self._lock:
@@ -131,6 +143,8 @@ class PgStore:
         psycopg = _psycopg()
         with self._lock:
             try:
+                if self._conn is not None and not self._alive(self._conn):
+                    self._conn.close()  # the server restarted or dropped it: a fresh one, not an error
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
                     # A search stuck behind a lock or a wedged server ends with a line, not a hung request.
