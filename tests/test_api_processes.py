@@ -16,7 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_support import CEO_QUESTION, samples, upload, wait_done
+from api_support import CEO_QUESTION, FakeOpenAI, samples, upload, wait_done
+from upstream_support import fake  # noqa: F401 (a fixture)
 
 pytest.importorskip("psycopg_pool")
 psycopg = pytest.importorskip("psycopg")
@@ -49,9 +50,9 @@ class Service:
         self.processes.append(process)
         return process
 
-    def api(self) -> str:
+    def api(self, *flags: str) -> str:
         port = free_port()
-        self._start("serve", "--port", str(port))
+        self._start("serve", "--port", str(port), *flags)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
@@ -154,3 +155,35 @@ def test_fifty_clients_across_three_servers_lose_nothing(service):
         assert len({d["filename"] for d in docs}) == 50
         hit = http.post("/v1/collections/many/search", json={"query": f"pilot number {17 * 7919}"}).json()
         assert hit["results"][0]["document_id"] == ids[17]
+
+
+@pytest.mark.slow
+def test_a_server_killed_while_it_streams_an_answer_ends_the_stream_and_another_answers(service, fake):
+    llm = FakeOpenAI(fake)
+    llm.deltas = [f"word{n} " for n in range(200)]
+    llm.delay = 0.1  # 20 s of answer: the kill lands in the middle
+    flags = ("--llm", f"openai:{llm.url}")
+    doomed, other = service.api(*flags), service.api(*flags)
+    service.worker()
+    with httpx.Client(base_url=doomed, timeout=30) as client:
+        upload(client, "default", samples())
+        wait_done(client, "default", timeout=120)
+        body = {"question": CEO_QUESTION, "stream": True, "conversation_id": "shared-1"}
+        events, ended = [], None
+        started = time.monotonic()
+        try:
+            with client.stream("POST", "/v1/collections/default/ask", json=body) as response:
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        events.append(line.split(":", 1)[1].strip())
+                    if events.count("delta") == 3:
+                        service.processes[0].send_signal(signal.SIGKILL)  # the first API process
+        except httpx.TransportError as e:  # the connection went with the process: a clear end, not a hang
+            ended = e
+        assert time.monotonic() - started < 15, "the client hung after the server died"
+        assert "delta" in events and "done" not in events  # the page says "the answer stream ended early"
+        assert ended is not None or events[-1] != "done"
+    llm.deltas, llm.delay = ["Iris Kallas is the CEO."], 0.0
+    with httpx.Client(base_url=other, timeout=30) as client:  # the same conversation, on the survivor
+        again = client.post("/v1/collections/default/ask", json={**body, "stream": False})
+        assert again.status_code == 200 and again.json()["conversation_id"] == "shared-1"
