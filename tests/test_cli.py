@@ -219,6 +219,17 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line(tmp_path):
     assert process.returncode == 130 and err.strip().splitlines() == ["interrupted"], err
 
 
+def ingest_after(prelude: str, tmp_path, docs):
+    """`funnel ingest acme.txt` in a fresh interpreter that first runs `prelude` (which arranges a Ctrl-C);
+    the result, checked for tracebacks."""
+    code = prelude + "from funnel.apps.cli import run\nrun()\n"
+    result = subprocess.run([sys.executable, "-c", code, "ingest", str(docs / "acme.txt"), "--no-calibrate"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
+    no_traceback(result)
+    return result
+
+
 def test_a_ctrl_c_inside_a_finalizer_after_the_work_stops_the_command_with_one_line(tmp_path, docs):
     # CI's crash suite: the Ctrl-C landed while psycopg's connection was being collected, after the ingest
     # had committed; Python printed "Exception ignored in BaseConnection.__del__" with a traceback and
@@ -234,12 +245,8 @@ def test_a_ctrl_c_inside_a_finalizer_after_the_work_stops_the_command_with_one_l
             "    said(*a, **k)\n"
             "    Held()\n"
             "    time.sleep(2)  # work goes on: the Ctrl-C must stop it\n"
-            "indexing.out.print = say_then_collect\n"
-            "from funnel.apps.cli import run\nrun()\n")
-    result = subprocess.run([sys.executable, "-c", code, "ingest", str(docs / "acme.txt"), "--no-calibrate"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
-    no_traceback(result)
+            "indexing.out.print = say_then_collect\n")
+    result = ingest_after(code, tmp_path, docs)
     assert "Exception ignored" not in result.stderr
     assert "1 added" in result.stdout and result.returncode == 130, result.stderr
     assert result.stderr.strip() == "interrupted"
@@ -249,11 +256,7 @@ def test_a_ctrl_c_while_the_process_shuts_down_is_not_a_traceback(tmp_path, docs
     # The ingest was done and committed; a Ctrl-C in the interpreter's shutdown (joining threads, atexit)
     # printed "Exception ignored ... KeyboardInterrupt" with a traceback (found by the crash suite).
     code = ("import atexit, os, signal, time\n"
-            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))\n"
-            "from funnel.apps.cli import run\nrun()\n")
-    result = subprocess.run([sys.executable, "-c", code, "ingest", str(docs / "acme.txt"), "--no-calibrate"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
-    no_traceback(result)
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))\n")
+    result = ingest_after(code, tmp_path, docs)
     assert "1 added" in result.stdout and result.returncode == 130, result.stderr
     assert result.stderr.strip() == "interrupted while exiting; the command had finished"
