@@ -120,3 +120,28 @@ def test_a_database_that_goes_down_is_a_503_with_retry_after_and_comes_back_with
         except Exception:  # noqa: BLE001 (already stopped)
             pass
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_whose_payload_cannot_be_read_fails_alone(pg_dsn, tmp_path):
+    import psycopg
+
+    app = create_app(settings(pg_dsn, tmp_path))
+    with servers(app) as (client,):
+        upload(client, "default", [("first.txt", b"The ferry leaves Tromso at nine.")])
+        wait_done(client, "default")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            bad = conn.execute("INSERT INTO funnel_jobs (kind, lane, key, payload) VALUES ('ingest', 'default', "
+                               "'default/x', '{\"doc\": [1, 2]}') RETURNING id").fetchone()[0]
+        upload(client, "default", [("second.txt", b"The night bus leaves at ten.")])
+        docs = wait_done(client, "default")
+        assert sorted(d["status"] for d in docs) == ["ready", "ready"]
+        deadline = time.monotonic() + 20
+        while True:
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                state, attempts, error = conn.execute("SELECT state, attempts, error FROM funnel_jobs WHERE id = %s",
+                                                      [bad]).fetchone()
+            if state == "failed" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert (state, attempts) == ("failed", 1) and "payload cannot be read" in error
+    app.state.library.close()

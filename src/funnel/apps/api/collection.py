@@ -25,7 +25,7 @@ from funnel.apps.api.errors import Conflict
 from funnel.apps.api.home import Place
 from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload, check
-from funnel.apps.state.jobs import Job, Lease, Queue
+from funnel.apps.state.jobs import Job, Lease, Permanent, Queue
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
@@ -259,8 +259,10 @@ class Collection:
     # --- jobs (run by the service's workers) --------------------------------------------------------------
 
     def run(self, job: Job, lease: Lease) -> None:
-        changed = {INGEST: self._ingest, DROP: self._drop_chunks, CALIBRATE: self._calibrate}[job.kind](
-            job.payload.get("doc", ""), lease)
+        doc_id = job.payload.get("doc", "") if isinstance(job.payload, dict) else None
+        if not isinstance(doc_id, str) or job.kind not in (INGEST, DROP, CALIBRATE):
+            raise Permanent(f"a {job.kind} job whose payload cannot be read: {str(job.payload)[:200]}")
+        changed = {INGEST: self._ingest, DROP: self._drop_chunks, CALIBRATE: self._calibrate}[job.kind](doc_id, lease)
         if changed and self.pending <= 1:  # the last job of the lane: measure the reranker on the new index
             self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
 
