@@ -187,3 +187,19 @@ def test_a_server_killed_while_it_streams_an_answer_ends_the_stream_and_another_
     with httpx.Client(base_url=other, timeout=30) as client:  # the same conversation, on the survivor
         again = client.post("/v1/collections/default/ask", json={**body, "stream": False})
         assert again.status_code == 200 and again.json()["conversation_id"] == "shared-1"
+
+
+@pytest.mark.slow
+def test_the_api_key_and_cors_behave_the_same_on_every_process(service):
+    service.env.update({"FUNNEL_API_KEY": "team-key-123456", "FUNNEL_CORS_ORIGINS": '["http://app.example"]'})
+    urls = [service.api(), service.api()]
+    for url in urls:
+        assert httpx.get(url + "/v1/collections").status_code == 401
+        ok = httpx.get(url + "/v1/collections", headers={"X-API-Key": "team-key-123456"})
+        assert ok.status_code == 200
+        preflight = httpx.options(url + "/v1/collections", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "GET"})
+        assert preflight.headers.get("access-control-allow-origin") == "http://app.example"
+        other = httpx.options(url + "/v1/collections", headers={
+            "Origin": "http://evil.example", "Access-Control-Request-Method": "GET"})
+        assert "access-control-allow-origin" not in other.headers
