@@ -19,6 +19,7 @@ from funnel.apps.api.home import Place
 from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload
 from funnel.apps.state.db import Database
+from funnel.apps.state.tables import ComponentTables
 from funnel.errors import NotFound
 from funnel.index.base import Store
 
@@ -40,39 +41,40 @@ class PgHome:
     shared = True
 
     def __init__(self, db: Database):
+        # Tables made on first use: a server starts while the database is down and recovers when it is back.
         self.db = db
-        db.migrate("collections", MIGRATIONS)
+        self.tables = ComponentTables(db, "collections", MIGRATIONS)
 
     def names(self) -> set[str]:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             return {r[0] for r in conn.execute("SELECT name FROM funnel_collections").fetchall()}
 
     def marker(self, name: str) -> dict | None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute("SELECT created_at, watch FROM funnel_collections WHERE name = %s", [name]).fetchone()
         if row is None:
             return None
         return {"name": name, "created_at": row[0]} | ({"watch": row[1]} if row[1] else {})
 
     def write_marker(self, name: str, watch: Path | None = None) -> None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             conn.execute("INSERT INTO funnel_collections (name, created_at, watch) VALUES (%s, %s, %s) "
                          "ON CONFLICT (name) DO UPDATE SET watch = EXCLUDED.watch",
                          [name, utc_now(), str(watch) if watch else None])
 
     def remove_marker(self, name: str) -> None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             conn.execute("DELETE FROM funnel_collections WHERE name = %s", [name])
 
     def _prefix(self, name: str) -> str:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute("SELECT id FROM funnel_collections WHERE name = %s", [name]).fetchone()
         if row is None:
             raise NotFound(f"no collection {name!r}")
         return f"fc{row[0]}"
 
     def place(self, name: str) -> Place:
-        return Place(self.index_only(name), PgRegistry(self.db, name), PgFiles(self.db, name))
+        return Place(self.index_only(name), PgRegistry(self.tables, name), PgFiles(self.tables, name))
 
     def index_only(self, name: str) -> Store:
         from funnel.index.postgres import PgStore
@@ -81,7 +83,7 @@ class PgHome:
 
     def destroy(self, name: str, prefix: str | None = None) -> None:
         """The collection's rows and index tables (`prefix`: its index's, read before the marker went)."""
-        with self.db.transaction() as conn:
+        with self.tables.transaction() as conn:
             conn.execute("DELETE FROM funnel_documents WHERE collection = %s", [name])
             conn.execute("DELETE FROM funnel_files WHERE collection = %s", [name])
         if prefix is not None:
@@ -105,35 +107,35 @@ class PgHome:
 class PgRegistry:
     """`Registry` rows: one per document, its record as JSON (the fields `DocumentRecord` has)."""
 
-    def __init__(self, db: Database, collection: str):
-        self.db, self.collection = db, collection
+    def __init__(self, tables: ComponentTables, collection: str):
+        self.tables, self.collection = tables, collection  # the collections component's tables
 
     def list(self) -> list[DocumentRecord]:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             rows = conn.execute("SELECT record FROM funnel_documents WHERE collection = %s ORDER BY seq",
                                 [self.collection]).fetchall()
         return [_record(r[0]) for r in rows]
 
     def get(self, doc_id: str) -> DocumentRecord | None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute("SELECT record FROM funnel_documents WHERE collection = %s AND id = %s",
                                [self.collection, doc_id]).fetchone()
         return _record(row[0]) if row else None
 
     def filenames(self) -> set[str]:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             rows = conn.execute("SELECT filename FROM funnel_documents WHERE collection = %s",
                                 [self.collection]).fetchall()
         return {r[0] for r in rows}
 
     def add(self, records: list[DocumentRecord]) -> None:
-        with self.db.transaction() as conn:
+        with self.tables.transaction() as conn:
             for record in records:
                 conn.execute("INSERT INTO funnel_documents (collection, id, filename, record) VALUES (%s, %s, %s, "
                              "%s)", [self.collection, record.id, record.filename, _json(record)])
 
     def update(self, doc_id: str, **changes) -> DocumentRecord | None:
-        with self.db.transaction() as conn:
+        with self.tables.transaction() as conn:
             row = conn.execute("SELECT record FROM funnel_documents WHERE collection = %s AND id = %s FOR UPDATE",
                                [self.collection, doc_id]).fetchone()
             if row is None:
@@ -144,7 +146,7 @@ class PgRegistry:
             return record
 
     def remove(self, doc_id: str) -> DocumentRecord | None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute("DELETE FROM funnel_documents WHERE collection = %s AND id = %s RETURNING record",
                                [self.collection, doc_id]).fetchone()
         return _record(row[0]) if row else None
@@ -164,8 +166,8 @@ class PgFiles:
     """`Files` as rows (bytea): an upload is read once (it is within the upload limit) and stored with its
     hash; ingest reads it back into a temporary file, since the loaders read paths."""
 
-    def __init__(self, db: Database, collection: str):
-        self.db, self.collection = db, collection
+    def __init__(self, tables: ComponentTables, collection: str):
+        self.tables, self.collection = tables, collection  # the collections component's tables
 
     def save(self, upload: Upload, name: str, taken: set[str]) -> tuple[str, str]:
         upload.file.seek(0)
@@ -176,7 +178,7 @@ class PgFiles:
             candidate = name if n == 1 else f"{stem} ({n}){suffix}"
             if candidate in taken:
                 continue
-            with self.db.connection() as conn:
+            with self.tables.connection() as conn:
                 stored = conn.execute(
                     "INSERT INTO funnel_files (collection, filename, content, sha256) VALUES (%s, %s, %s, %s) "
                     "ON CONFLICT DO NOTHING", [self.collection, candidate, content, digest]).rowcount
@@ -185,7 +187,7 @@ class PgFiles:
         raise Conflict(f"too many files named like {name}; rename it")
 
     def content(self, filename: str) -> bytes:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute("SELECT content FROM funnel_files WHERE collection = %s AND filename = %s",
                                [self.collection, filename]).fetchone()
         if row is None:
@@ -201,7 +203,7 @@ class PgFiles:
             yield path
 
     def delete(self, filename: str) -> None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             conn.execute("DELETE FROM funnel_files WHERE collection = %s AND filename = %s",
                          [self.collection, filename])
 

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 
 from funnel.apps.state.db import Database
 from funnel.apps.state.jobs import LEASE_S, MAX_ATTEMPTS, RETRY_AFTER_S, Job, JobState
+from funnel.apps.state.tables import ComponentTables
 
 MIGRATIONS = [
     """CREATE TABLE funnel_jobs (
@@ -41,11 +42,12 @@ class PgJobs:
     durable = True
 
     def __init__(self, db: Database, max_attempts: int = MAX_ATTEMPTS):
+        # Tables made on first use: a server starts while the database is down and recovers when it is back.
         self.db, self.max_attempts = db, max_attempts
-        db.migrate("jobs", MIGRATIONS)
+        self.tables = ComponentTables(db, "jobs", MIGRATIONS)
 
     def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
-        with self.db.transaction() as conn:
+        with self.tables.transaction() as conn:
             if unique:
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{kind}:{key}"])
                 row = conn.execute("SELECT id FROM funnel_jobs WHERE kind = %s AND key = %s AND state = 'queued'",
@@ -58,11 +60,11 @@ class PgJobs:
 
     def claim(self, kinds: Collection[str], worker: str, lease_s: float = LEASE_S) -> Job | None:
         psycopg = _psycopg()
-        self._expire()
+        self._expire()  # (also creates the tables on first use)
         skipped: list[str] = []
         for _ in range(8):  # each failed try rules out a lane another worker just took
             try:
-                with self.db.transaction() as conn:
+                with self.db.transaction() as conn:  # raw: a unique violation names the lane to skip
                     row = conn.execute(_CLAIM, {"kinds": list(kinds), "skip": skipped, "worker": worker,
                                                  "lease": lease_s}).fetchone()
                     return _job(row) if row else None
@@ -74,7 +76,7 @@ class PgJobs:
         return None
 
     def _expire(self) -> None:
-        with self.db.transaction() as conn:
+        with self.tables.transaction() as conn:
             conn.execute(
                 "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' WHEN attempts < %s THEN "
                 "'queued' ELSE 'failed' END, error = 'its worker stopped without finishing it', worker = NULL, "
@@ -84,7 +86,7 @@ class PgJobs:
                          f"AND updated < now() - interval '{KEEP_ENDED}'")
 
     def renew(self, job_id: int, worker: str, lease_s: float = LEASE_S) -> bool:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute(
                 "UPDATE funnel_jobs SET lease_until = now() + make_interval(secs => %s), updated = now() "
                 "WHERE id = %s AND worker = %s AND state = 'running' RETURNING cancel",
@@ -92,14 +94,14 @@ class PgJobs:
         return row is not None and not row[0]
 
     def finish(self, job_id: int, worker: str) -> None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             conn.execute(
                 "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'done' END, worker = NULL, "
                 "lease_until = NULL, updated = now() WHERE id = %s AND worker = %s AND state = 'running'",
                 [job_id, worker])
 
     def fail(self, job_id: int, worker: str, error: str, retry: bool = True) -> JobState:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute(
                 "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' WHEN %s AND attempts < %s "
                 "THEN 'queued' ELSE 'failed' END, error = %s, worker = NULL, lease_until = NULL, "
@@ -109,14 +111,14 @@ class PgJobs:
         return JobState(row[0]) if row else JobState.CANCELLED
 
     def release(self, job_id: int, worker: str) -> None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             conn.execute(
                 "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'queued' END, "
                 "attempts = attempts - 1, worker = NULL, lease_until = NULL, run_after = now(), updated = now() "
                 "WHERE id = %s AND worker = %s AND state = 'running'", [job_id, worker])
 
     def active(self, key: str) -> bool:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             return conn.execute("SELECT EXISTS (SELECT 1 FROM funnel_jobs WHERE key = %s AND state IN "
                                 "('queued', 'running'))", [key]).fetchone()[0]
 
@@ -127,27 +129,27 @@ class PgJobs:
         return self._cancel("lane", lane)
 
     def _cancel(self, column: str, value: str) -> int:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             return conn.execute(
                 "UPDATE funnel_jobs SET cancel = true, state = CASE WHEN state = 'queued' THEN 'cancelled' "
                 f"ELSE state END, updated = now() WHERE {column} = %s AND state IN ('queued', 'running')",
                 [value]).rowcount
 
     def waiting(self, lane: str, kind: str) -> list[str]:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             rows = conn.execute("SELECT key FROM funnel_jobs WHERE lane = %s AND kind = %s AND state = 'queued' "
                                 "ORDER BY id", [lane, kind]).fetchall()
         return [r[0] for r in rows]
 
     def busy(self, lane: str, kinds: Collection[str] | None = None) -> int:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             return conn.execute("SELECT count(*) FROM funnel_jobs WHERE lane = %s AND state IN ('queued', "
                                 "'running') AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))",
                                 [lane, None if kinds is None else list(kinds), None if kinds is None else list(kinds)]
                                 ).fetchone()[0]
 
     def get(self, job_id: int) -> Job | None:
-        with self.db.connection() as conn:
+        with self.tables.connection() as conn:
             row = conn.execute(f"SELECT {_COLUMNS} FROM funnel_jobs WHERE id = %s", [job_id]).fetchone()
         return _job(row) if row else None
 
