@@ -33,6 +33,17 @@ def wait_done(client: httpx.Client, collection: str, timeout: float = 60) -> lis
         time.sleep(0.05)
 
 
+def wait_triaged(client: httpx.Client, incident_id: int, timeout: float = 60) -> dict:
+    """The incident once its analysis and Slack steps have ended (a worker runs them after the request)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        incident = client.get(f"/v1/incidents/{incident_id}").json()
+        if all(step["status"] not in ("queued", "running") for step in incident["steps"].values()):
+            return incident
+        assert time.monotonic() < deadline, f"still triaging: {incident['steps']}"
+        time.sleep(0.05)
+
+
 def wait_calibrated(client: httpx.Client, collection: str, timeout: float = 120) -> dict:
     """The collection's calibration (from /health) once the worker has measured it after its last ingest, so
     a test's search does not race the calibration (before it: first stage; after it: what it chose)."""

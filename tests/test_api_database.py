@@ -6,17 +6,28 @@ in memory the other can see); tests/test_api_processes.py runs real processes.""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 
 import httpx
 import pytest
-from api_support import CEO_QUESTION, samples, upload, wait_done
+from api_support import CEO_QUESTION, samples, upload, wait_done, wait_triaged
 from helpers import serving
+from test_llm_backends import openai_completion
+from test_triage import SAMPLE_REPO, raised_in_sample_app
+from test_triage_llm import ANALYSIS
+from upstream_support import Reply, fake_upstream
 
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
+from funnel.apps.state.db import Database
+from funnel.apps.state.incidents import PostgresIncidentStore
+from funnel.apps.state.pg_jobs import PgJobs
+from funnel.apps.triage.incidents import IncidentChange
+from funnel.apps.triage.queue import TRIAGE
 
 pytest.importorskip("psycopg_pool")
+SHOP_ERROR = {"service": "shop", "message": "checkout failed", "stack_trace": raised_in_sample_app("unknown_sku")}
 
 
 def settings(pg_dsn: str, tmp_path, **kw) -> Settings:
@@ -145,3 +156,76 @@ def test_a_job_whose_payload_cannot_be_read_fails_alone(pg_dsn, tmp_path):
             time.sleep(0.1)
         assert (state, attempts) == ("failed", 1) and "payload cannot be read" in error
     app.state.library.close()
+
+
+# --- triage: the analysis and the Slack message run on any process's workers ---------------------------------
+
+
+@contextlib.contextmanager
+def triage_upstreams():
+    """The LLM (answers with an analysis at once) and the Slack webhook, on 127.0.0.1."""
+    with fake_upstream() as llm, fake_upstream() as slack:
+        llm.answer(Reply(openai_completion({"content": json.dumps(ANALYSIS)})))
+        slack.answer(Reply(raw=b"ok", content_type="text/plain"))
+        yield llm, slack
+
+
+def triage_settings(pg_dsn: str, tmp_path, name: str, slack, llm=None, **kw) -> Settings:
+    """A process triaging the sample repository (its index of its own, as on its own machine); without
+    `llm`, one that could not analyse: an incident analysed by it would say llm_unavailable."""
+    model = {"llm": f"openai:{llm.url}/v1", "llm_model": "m"} if llm is not None else {}
+    return settings(pg_dsn, tmp_path, repo=SAMPLE_REPO, index=str(tmp_path / f"repo-index-{name}"),
+                    slack_webhook_url=f"{slack.url}/services/T000/B000/XXXX", **model, **kw)
+
+
+def test_an_incident_posted_through_one_server_is_analysed_by_another(pg_dsn, tmp_path):
+    with triage_upstreams() as (llm, slack):
+        poster = create_app(triage_settings(pg_dsn, tmp_path, "poster", slack, job_threads=0))
+        analyst = create_app(triage_settings(pg_dsn, tmp_path, "analyst", slack, llm))
+        with servers(poster, analyst) as (a, b):
+            body = a.post("/v1/errors", json=SHOP_ERROR).json()
+            assert body["steps"]["analysis"]["status"] == "queued" and body["slack"] == "queued"
+            done = wait_triaged(a, body["incident_id"])
+            assert b.get(f"/v1/incidents/{body['incident_id']}").json()["steps"] == done["steps"]
+        for app in (poster, analyst):
+            app.state.library.close()
+    assert done["steps"]["analysis"]["status"] == "done" and done["analysis_status"] == "ok"  # the analyst's LLM
+    assert done["result"]["analysis"]["summary"] == ANALYSIS["summary"] and len(llm.requests) == 1
+    assert done["steps"]["slack"]["status"] == "sent" and len(slack.requests) == 1
+
+
+def test_a_triage_whose_worker_died_is_taken_again_after_its_lease(pg_dsn, tmp_path):
+    """A worker claims the job, marks the analysis running and dies (never renews its lease): another
+    process's worker takes the job once the lease has run out and does the steps."""
+    with triage_upstreams() as (llm, slack):
+        poster = create_app(triage_settings(pg_dsn, tmp_path, "poster", slack, job_threads=0))
+        with servers(poster) as (a,):
+            incident_id = a.post("/v1/errors", json=SHOP_ERROR).json()["incident_id"]
+            db = Database(pg_dsn)
+            dead = PgJobs(db).claim([TRIAGE], "dead-worker", lease_s=1.0)
+            assert dead is not None and dead.payload == {"incident_id": incident_id}
+            PostgresIncidentStore(db).update(incident_id, IncidentChange(analysis_step="running"))
+            db.close()
+            assert a.get(f"/v1/incidents/{incident_id}").json()["steps"]["analysis"]["status"] == "running"
+            analyst = create_app(triage_settings(pg_dsn, tmp_path, "analyst", slack, llm))
+            with servers(analyst):
+                done = wait_triaged(a, incident_id)
+        for app in (poster, analyst):
+            app.state.library.close()
+    assert done["steps"]["analysis"] == {"status": "done", "detail": "done on try 2 of 3"}
+    assert done["steps"]["slack"]["status"] == "sent" and len(slack.requests) == 1
+
+
+def test_funnel_worker_runs_the_triage_jobs(pg_dsn, tmp_path):
+    from funnel.apps.cli.serving import worker_library
+
+    with triage_upstreams() as (llm, slack):
+        poster = create_app(triage_settings(pg_dsn, tmp_path, "poster", slack, job_threads=0))
+        library, triage = worker_library(triage_settings(pg_dsn, tmp_path, "worker", slack, llm), threads=1)
+        try:
+            with servers(poster) as (a,):
+                done = wait_triaged(a, a.post("/v1/errors", json=SHOP_ERROR).json()["incident_id"])
+        finally:
+            library.close()
+            poster.state.library.close()
+    assert triage is not None and done["analysis_status"] == "ok" and done["steps"]["slack"]["status"] == "sent"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_triage_incidents import IncidentStoreContract, report, result
+from test_triage_incidents import IncidentStoreContract, report, result, steps
 from test_triage_slack import (  # noqa: F401 (alert_state, clock, make, receiver, sleeps: fixtures)
     AlertStateContract,
     alert_state,
@@ -23,8 +23,9 @@ from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 from funnel.apps.state import db as db_module
 from funnel.apps.state.alerts import PostgresAlertState, open_alert_state
 from funnel.apps.state.db import Database, DatabaseUnavailable
-from funnel.apps.state.incidents import PostgresIncidentStore, open_incidents
+from funnel.apps.state.incidents import STEPS, PostgresIncidentStore, open_incidents
 from funnel.apps.triage.alert_state import MemoryAlertState
+from funnel.apps.triage.incident_rows import incident_row
 from funnel.apps.triage.incidents import IncidentStore
 from funnel.apps.triage.slack import Delivery, DeliveryStatus
 from funnel.errors import StoreError
@@ -92,6 +93,24 @@ def test_two_processes_record_into_one_history(databases, clock):
     assert [i.id for i in second.list(limit=1000)] == sorted(flat, reverse=True)
     second.set_delivery(flat[0], Delivery(DeliveryStatus.SENT, 1, "delivered", 1))
     assert first.get(flat[0]).slack_status == "sent"
+
+
+def test_incidents_of_the_version_before_steps_are_migrated(databases):
+    """A database of the funnel before the queue: the steps are a migration step appended to the others."""
+    db = databases()
+    db.migrate("incidents", STEPS[:3])
+    v1_columns = ("created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, "
+                  "report_json, result_json")
+    with db.connection() as conn:
+        conn.execute(f"INSERT INTO funnel_incidents ({v1_columns}) VALUES ({', '.join(['%s'] * 9)})",
+                     list(incident_row(report(), result(), 1_700_000_000.0)[:9]))
+    store = PostgresIncidentStore(db)
+    [old] = store.list()
+    assert old.steps() == steps("done", None) and old.result() == result()
+    assert store.get(store.record(report(), result(), steps("queued", "queued"))).steps() == steps("queued", "queued")
+    with db.connection() as conn:
+        version = conn.execute("SELECT version FROM funnel_schema WHERE component = 'incidents'").fetchone()[0]
+    assert version == len(STEPS) == 4
 
 
 def test_open_incidents_chooses_the_database_or_the_file(databases, tmp_path):

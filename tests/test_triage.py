@@ -270,6 +270,7 @@ def test_cli_triage_reads_a_trace_indexes_the_repo_and_records_the_incident(tmp_
     data = json.loads(result.stdout)
     assert data["files"][0]["path"] == "app/notifications.py" and data["exception_type"] == "KeyError"
     assert data["analysis_status"] == "llm_unavailable" and data["incident_id"] == 1
+    assert data["steps"]["analysis"] == {"status": "skipped", "detail": "no LLM configured"}  # in this call
     assert "added" in result.stderr  # the repository was indexed first
 
     again = funnel("triage", "--repo", str(SAMPLE_REPO), cwd=tmp_path, env=env, input=trace.read_text())
@@ -278,6 +279,7 @@ def test_cli_triage_reads_a_trace_indexes_the_repo_and_records_the_incident(tmp_
 
     listed = funnel("incidents", "--json", cwd=tmp_path, env=env)
     assert [i["id"] for i in json.loads(listed.stdout)] == [2, 1]
+    assert {i["steps"]["analysis"]["status"] for i in json.loads(listed.stdout)} == {"skipped"}
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from helpers import FakeClock
 
-from funnel.apps.triage.incidents import SCHEMA_VERSION, Incident, IncidentStore
+from funnel.apps.triage.incident_rows import incident_row
+from funnel.apps.triage.incidents import _SCHEMA_V1, SCHEMA_VERSION, Incident, IncidentChange, IncidentStore
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import (
     MAX_TRACE_CHARS,
@@ -20,7 +22,9 @@ from funnel.apps.triage.schema import (
     AnalysisStatus,
     ErrorReport,
     RankedFile,
+    Step,
     TriageResult,
+    TriageSteps,
 )
 from funnel.apps.triage.slack import Delivery, DeliveryStatus
 from funnel.errors import StoreError
@@ -45,6 +49,10 @@ def result(
         analysis_status=AnalysisStatus.OK if analysis else AnalysisStatus.LLM_UNAVAILABLE,
         **kw,
     )
+
+
+def steps(analysis: str, slack: str | None, detail: str = "") -> TriageSteps:
+    return TriageSteps(analysis=Step(status=analysis, detail=detail), slack=Step(status=slack or "skipped"))
 
 
 class IncidentStoreContract:
@@ -96,6 +104,39 @@ class IncidentStoreContract:
         assert (got.slack_status, got.slack_detail) == ("failed", "Slack answered HTTP 500: oops")
         with pytest.raises(StoreError, match="no incident 999"):
             store.set_delivery(999, Delivery(DeliveryStatus.SENT, 1, "delivered", 1))
+
+    def test_steps_are_recorded_then_advanced(self, store):
+        queued = steps("queued", "queued")
+        incident_id = store.record(report(), result(analysis=False), queued)
+        got = store.get(incident_id)
+        assert got.unfinished and got.steps() == queued and got.job_id is None
+        store.update(incident_id, IncidentChange(job_id=7))
+        store.update(incident_id, IncidentChange(analysis_step="running"))
+        assert store.get(incident_id).steps() == steps("running", "queued")
+        error = f"try 1 of 3 failed: HTTP 503 (key {AWS_KEY_ID})"
+        store.update(incident_id, IncidentChange(result=result(), analysis_step="done", analysis_error=error))
+        store.set_delivery(incident_id, Delivery(DeliveryStatus.SENT, 1, "delivered", 1))
+        got = store.get(incident_id)
+        assert (got.analysis_step, got.analysis_status, got.slack_status, got.job_id) == ("done", "ok", "sent", 7)
+        assert got.result() == result() and not got.unfinished
+        assert got.analysis_error.startswith("try 1 of 3 failed: HTTP 503") and AWS_KEY_ID not in got.analysis_error
+        store.update(incident_id, IncidentChange(analysis_error=""))
+        assert store.get(incident_id).steps().analysis == Step(status="done")
+        with pytest.raises(StoreError, match="no incident 999"):
+            store.update(999, IncidentChange(analysis_step="done"))
+        with pytest.raises(StoreError, match="no incident 999"):
+            store.update(999, IncidentChange())
+
+    def test_interrupt_ends_only_unfinished_steps(self, store):
+        cases = [("queued", "queued"), ("done", "running"), ("failed", "sent"), ("running", None)]
+        ids = [store.record(report(), result(), steps(*case)) for case in cases]
+        assert store.interrupt("the server stopped") == 3
+        got = [store.get(i).steps() for i in ids]
+        assert [(g.analysis.status, g.slack.status) for g in got] == [
+            ("interrupted", "interrupted"), ("done", "interrupted"), ("failed", "sent"), ("interrupted", "skipped")]
+        assert got[0].analysis.detail == got[0].slack.detail == got[3].analysis.detail == "the server stopped"
+        assert got[1].analysis.detail == got[2].slack.detail == ""
+        assert store.interrupt("again") == 0
 
     def test_list_newest_first_with_filters_and_limit(self, store, clock):
         ids = []
@@ -209,6 +250,31 @@ class TestSQLiteIncidentStore(IncidentStoreContract):
         with sqlite3.connect(store.path) as con:
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
             assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("half_migrated", [False, True])
+def test_a_version_1_file_gains_the_step_columns(tmp_path, half_migrated):
+    """A file of the funnel before the queue: its incidents were analysed and posted in the request."""
+    path = tmp_path / "incidents.sqlite"
+    v1_columns = ("created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, "
+                  "report_json, result_json, slack_status, slack_detail")
+    with closing(sqlite3.connect(path)) as con:
+        for statement in _SCHEMA_V1:
+            con.execute(statement)
+        row = (*incident_row(report(), result(), 1_700_000_000.0)[:9], "sent", "delivered")
+        con.execute(f"INSERT INTO incidents ({v1_columns}) VALUES ({', '.join('?' * 11)})", row)
+        if half_migrated:  # a column someone added by hand: the migration adds only what is missing
+            con.execute("ALTER TABLE incidents ADD COLUMN analysis_error text")
+        con.execute("PRAGMA user_version = 1")
+        con.commit()
+    store = IncidentStore(path)
+    [old] = store.list()
+    assert old.steps() == TriageSteps(analysis=Step(status="done"), slack=Step(status="sent", detail="delivered"))
+    assert old.result() == result() and old.job_id is None
+    new = store.record(report(), result(), steps("queued", "queued"))
+    assert IncidentStore(path).get(new).steps() == steps("queued", "queued")
+    with closing(sqlite3.connect(path)) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
 
 
 def test_a_newer_schema_is_refused(tmp_path):

@@ -177,7 +177,10 @@ def test_incidents_panel_lists_incidents_as_text(tmp_path, page):
         def list(self, limit=50, service=None, fingerprint=None):
             return [incident]
 
-    class Triage:  # only what GET /v1/incidents reads
+        def interrupt(self, detail):  # at start-up: nothing was left unfinished
+            return 0
+
+    class Triage:  # only what the start-up and GET /v1/incidents read
         incidents = Incidents()
 
     with serving(create_app(settings(tmp_path), triage=Triage())) as url:

@@ -185,14 +185,13 @@ class Collections:
         self._lock = threading.Lock()
 
     def locations(self) -> dict[str, str]:
-        from funnel.apps.api.library import MARKER, NAME  # here: it brings the web stack along
+        from funnel.apps.api.home import EmbeddedHome  # here: it brings the web stack along
+        from funnel.apps.api.library import NAME
 
         found = {DEFAULT_COLLECTION: self.settings.index}
-        root = Path(self.settings.data_dir) / "collections"
-        if root.is_dir():
-            for folder in sorted(root.iterdir()):
-                if NAME.match(folder.name) and (folder / MARKER).is_file():
-                    found[SERVE_PREFIX + folder.name] = str(folder / "index")
+        home = EmbeddedHome(Path(self.settings.data_dir))  # funnel serve's folders (not its database)
+        for name in sorted(n for n in home.names() if NAME.match(n)):
+            found[SERVE_PREFIX + name] = str(home.root / name / "index")
         return found
 
     def resolve(self, name: str | None) -> tuple[str, str]:

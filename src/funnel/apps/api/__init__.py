@@ -51,7 +51,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     a bad spec fails here, before the server starts listening. Nothing is loaded or written here: the
     embedder loads on first use, a collection's folder appears when it is first used. Triage is served when
     `triage` (a TriageService) is given or `settings.repo` names a repository; the repository is indexed
-    (incrementally) at start-up. `watch` (WatchSpecs, `funnel serve --watch`) names folders kept in sync
+    (incrementally) at start-up, and reports are analysed by the job workers (`settings.job_threads`). `watch` (WatchSpecs, `funnel serve --watch`) names folders kept in sync
     with collections of their own, by watcher threads that start and stop with the app."""
     if settings.api_key is not None and len(settings.api_key.get_secret_value().strip()) < MIN_KEY_CHARS:
         raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
@@ -61,10 +61,10 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     embedder, generator = services.embedder, services.generator
     db = open_database(settings)
     library = open_library(settings, services, db=db)
-    if triage is None and settings.repo is not None:
-        from funnel.apps.triage.build import build_triage
+    from funnel.apps.triage.build import queued_triage  # here: it builds a pipeline only when asked to
 
-        triage = build_triage(settings, reranker=reranker, chat=chat, db=db)
+    triage_queue = queued_triage(settings, library, triage, reranker=reranker, chat=chat, db=db)
+    triage = triage_queue.service if triage_queue is not None else None
     app = FastAPI(
         title="funnel",
         version=funnel.__version__,
@@ -73,6 +73,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     )
     state = app.state
     state.settings, state.reranker, state.triage, state.chat = settings, reranker, triage, chat
+    state.triage_queue = triage_queue
     state.generator, state.generator_name = generator, generator.name
     state.embedder_spec, state.embedder = settings.embedder or DEFAULT, embedder
     state.library = library
@@ -111,12 +112,15 @@ def app_from_environment() -> FastAPI:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI):
-    """Start-up: the reranker's model, the triage repository's ingest, the watchers. Shutdown: the reverse,
+    """Start-up: the reranker's model, triage steps a stopped server left in its memory queue marked
+    interrupted, the triage repository's ingest, the watchers. Shutdown: the reverse,
     and every HTTP client and model session the app owns is closed."""
     state = app.state
     warm_up = getattr(state.reranker, "warm_up", None)
     if callable(warm_up):  # a model loads once, at start-up, not on the first request
         await run_in_threadpool(warm_up)
+    if state.triage_queue is not None:  # before the first report: what the last run left is interrupted
+        await run_in_threadpool(state.triage_queue.start)
     if state.triage is not None and state.settings.repo is not None:
         await run_in_threadpool(state.triage.pipeline.ingest, [state.settings.repo])
     await run_in_threadpool(state.watched.start)

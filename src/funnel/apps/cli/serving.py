@@ -102,22 +102,36 @@ def worker(
     threads: Annotated[int, typer.Option(help="jobs run at once (one per collection at most)", min=1, max=64)] = 2,
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
+    llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (triage's analysis)")] = None,
 ) -> None:
-    """Run the service's jobs (ingests, deletes, calibrations) from the database's queue, beside or instead
-    of `funnel serve`'s own threads, until Ctrl-C or SIGTERM. A job this worker leaves half-done goes back
-    to the queue for another."""
-    from funnel.apps.api import services_for
-    from funnel.apps.api.library import open_library
-    from funnel.apps.factory import build_chat, reranker_from_settings
-
-    settings = settings_from(database=database, embedder=embedder, reranker=reranker)
+    """Run the service's jobs (ingests, deletes, calibrations, and triage's analyses and Slack messages when
+    FUNNEL_REPO names the repository) from the database's queue, beside or instead of `funnel serve`'s own
+    threads, until Ctrl-C or SIGTERM. A job this worker leaves half-done goes back to the queue for another."""
+    settings = settings_from(database=database, embedder=embedder, reranker=reranker, llm=llm)
     if settings.database is None:
         raise ConfigError("funnel worker takes its jobs from the service database: give --database "
                           "postgresql://... (or FUNNEL_DATABASE)")
-    library = open_library(settings, services_for(settings, reranker_from_settings(settings), build_chat(settings)),
-                           workers=threads)
-    err.print(f"funnel worker: {threads} threads on {library.home.db.label} (Ctrl-C stops)")
+    library, triage = worker_library(settings, threads)
+    doing = f" and triage of {settings.repo}" if triage is not None else ""
+    err.print(f"funnel worker: {threads} threads on {library.home.db.label}{doing} (Ctrl-C stops)")
     _run_until_stopped(library.close)
+
+
+def worker_library(settings, threads: int):
+    """`funnel worker`'s collections and job threads, and its triage when `settings.repo` configures one
+    (its repository indexed first, as `funnel serve` does at start-up)."""
+    from funnel.apps.api import services_for
+    from funnel.apps.api.library import open_database, open_library
+    from funnel.apps.factory import build_chat, reranker_from_settings
+    from funnel.apps.triage.build import build_triage, queued_triage
+
+    reranker, chat, db = reranker_from_settings(settings), build_chat(settings), open_database(settings)
+    service = None
+    if settings.repo is not None:
+        service = build_triage(settings, reranker=reranker, chat=chat, db=db)
+        service.pipeline.ingest([settings.repo])  # before its first job: the analysis reads the index
+    library = open_library(settings, services_for(settings, reranker, chat), workers=threads, db=db)
+    return library, queued_triage(settings, library, service)
 
 
 def _run_until_stopped(close) -> None:

@@ -1,7 +1,7 @@
 """The incident store in the service database, so that every `funnel serve` process records into and lists
 from one history; `open_incidents` chooses it or the embedded SQLite file.
 
-It stores what the SQLite store stores (the same rows and queries, from `funnel.apps.triage.incidents`):
+It stores what the SQLite store stores (the same rows and queries, from `funnel.apps.triage.incident_rows`):
 the report and result redacted and bounded before they leave the process. Ids come from an identity
 column, so two processes never hand out the same one. `count_since` compares against the recording
 process's clock (Unix seconds, not the database's), as the SQLite store does; hosts kept in step by NTP
@@ -17,17 +17,10 @@ from pathlib import Path
 
 from funnel.apps.state.db import Database
 from funnel.apps.state.tables import ComponentTables
-from funnel.apps.triage.incidents import (
-    COLUMNS,
-    INSERT_COLUMNS,
-    Incident,
-    Incidents,
-    IncidentStore,
-    delivery_values,
-    incident_row,
-    list_query,
-)
-from funnel.apps.triage.schema import ErrorReport, TriageResult
+from funnel.apps.triage import incident_rows as rows
+from funnel.apps.triage.incident_rows import Incident, IncidentChange
+from funnel.apps.triage.incidents import Incidents, IncidentStore
+from funnel.apps.triage.schema import ErrorReport, TriageResult, TriageSteps
 from funnel.apps.triage.slack import Delivery
 from funnel.errors import StoreError
 
@@ -49,6 +42,9 @@ STEPS = (
     )""",
     "CREATE INDEX funnel_incidents_by_fingerprint ON funnel_incidents (fingerprint, created_ts)",
     "CREATE INDEX funnel_incidents_by_service ON funnel_incidents (service, id)",
+    # the slow steps run on workers after the request (funnel.apps.triage.queue)
+    "ALTER TABLE funnel_incidents "
+    + ", ".join(f"ADD COLUMN {name} {kind}" for name, kind in rows.STEP_COLUMNS),
 )
 
 
@@ -77,37 +73,41 @@ class PostgresIncidentStore:
     def warm_up(self) -> None:
         self._tables.warm_up()
 
-    def record(self, report: ErrorReport, result: TriageResult) -> int:
+    def record(self, report: ErrorReport, result: TriageResult, steps: TriageSteps | None = None) -> int:
         """Stores the redacted, size-bounded report and result; returns the new incident's id."""
-        row = [_text(value) for value in incident_row(report, result, self._clock())]
+        row = [_text(value) for value in rows.incident_row(report, result, self._clock(), steps)]
         marks = ", ".join(["%s"] * len(row))
         with self._tables.connection() as conn:
-            sql = f"INSERT INTO funnel_incidents ({INSERT_COLUMNS}) VALUES ({marks}) RETURNING id"
+            sql = f"INSERT INTO funnel_incidents ({rows.INSERT_COLUMNS}) VALUES ({marks}) RETURNING id"
             return int(conn.execute(sql, row).fetchone()[0])
+
+    def update(self, incident_id: int, change: IncidentChange) -> None:
+        sql, args = rows.update_query("funnel_incidents", "%s", incident_id, change)
+        with self._tables.connection() as conn:
+            if conn.execute(sql, [_text(arg) for arg in args]).rowcount == 0:
+                raise StoreError(f"{self._tables.db.label}: no incident {incident_id}")
 
     def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
         """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
-        status, detail = delivery_values(delivery)
+        self.update(incident_id, rows.delivery_change(delivery))
+
+    def interrupt(self, detail: str) -> int:
+        sql, args = rows.interrupt_query("funnel_incidents", "%s", _text(detail))
         with self._tables.connection() as conn:
-            cursor = conn.execute(
-                "UPDATE funnel_incidents SET slack_status = %s, slack_detail = %s WHERE id = %s",
-                [status, _text(detail), incident_id],
-            )
-            if cursor.rowcount == 0:
-                raise StoreError(f"{self._tables.db.label}: no incident {incident_id}")
+            return conn.execute(sql, args).rowcount
 
     def list(
         self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
     ) -> builtins.list[Incident]:
         """The newest incidents first, at most `limit` (capped at 1000), optionally of one service or
         fingerprint."""
-        sql, args = list_query("funnel_incidents", "%s", limit, _text(service), _text(fingerprint))
+        sql, args = rows.list_query("funnel_incidents", "%s", limit, _text(service), _text(fingerprint))
         with self._tables.connection() as conn:
             return [Incident(*row) for row in conn.execute(sql, args)]
 
     def get(self, incident_id: int) -> Incident | None:
         with self._tables.connection() as conn:
-            sql = f"SELECT {COLUMNS} FROM funnel_incidents WHERE id = %s"
+            sql = f"SELECT {rows.COLUMNS} FROM funnel_incidents WHERE id = %s"
             row = conn.execute(sql, [incident_id]).fetchone()
         return Incident(*row) if row else None
 

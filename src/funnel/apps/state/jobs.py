@@ -56,6 +56,7 @@ class Job:
 
 class Jobs(Protocol):
     durable: bool  # jobs outlive the process (the database's) or not (memory's)
+    max_attempts: int  # tries before a failing job stops (a handler can tell its last try by the job's attempts)
 
     def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
         """Queue a job; `unique`: not when one of this kind and key is already queued (returns its id)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class AgentRun:
     steps: int = 0
     tokens: int = 0
     tool_calls: list[str] = field(default_factory=list)  # "read_file(app/x.py)" in call order
+    failed: bool = False  # the model could not be asked (down, timed out, refused): a later try may succeed
 
 
 class RepoTools:
@@ -130,8 +132,9 @@ class RepoTools:
 
 
 def analyse(chat: ChatModel, tools: RepoTools, error_text: str, files: list[RankedFile],
-            limits: AgentLimits | None = None) -> AgentRun:
-    """Run the agent loop. Never raises for model trouble: the status says what happened."""
+            limits: AgentLimits | None = None, stop: threading.Event | None = None) -> AgentRun:
+    """Run the agent loop. Never raises for model trouble: the status says what happened. `stop` (a queue
+    worker shutting down) ends it before the next model call, as a failed run."""
     limits = limits or AgentLimits()
     if getattr(chat, "completion_prompt", False):
         return AgentRun(None, AnalysisStatus.LLM_UNAVAILABLE,
@@ -141,6 +144,9 @@ def analyse(chat: ChatModel, tools: RepoTools, error_text: str, files: list[Rank
     invalid = 0
     try:
         while True:
+            if stop is not None and stop.is_set():
+                run.status, run.reason, run.failed = AnalysisStatus.LLM_UNAVAILABLE, "stopped before it finished", True
+                return run
             final = run.steps >= limits.max_steps - 1 or run.tokens >= limits.max_tokens
             if final:
                 messages.append(ChatMessage("user", "Stop using tools. Reply now with only the JSON object."))
@@ -166,7 +172,7 @@ def analyse(chat: ChatModel, tools: RepoTools, error_text: str, files: list[Rank
             messages.append(ChatMessage("user", f"That was not a valid JSON object for the schema ({problem}). "
                                                 "Reply with only the JSON object."))
     except FunnelError as e:  # unreachable, timed out, refused the request: the ranked files still stand
-        run.status, run.reason = AnalysisStatus.LLM_UNAVAILABLE, str(e)
+        run.status, run.reason, run.failed = AnalysisStatus.LLM_UNAVAILABLE, str(e), True
         return run
 
 

@@ -10,6 +10,7 @@ from funnel.apps.factory import build_chat, build_pipeline
 from funnel.apps.settings import Settings
 from funnel.apps.state.alerts import open_alert_state
 from funnel.apps.state.incidents import open_incidents
+from funnel.apps.triage.queue import TRIAGE, TriageQueue
 from funnel.apps.triage.service import TriageService
 from funnel.apps.triage.slack import SlackNotifier
 from funnel.errors import ConfigError
@@ -48,3 +49,14 @@ def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=Non
                                state=open_alert_state(db)) if webhook else None,
         incidents=open_incidents(db, settings.incidents),
     )
+
+
+def queued_triage(settings: Settings, library, triage: TriageService | None = None, **shared) -> TriageQueue | None:
+    """Triage with its slow steps on `library`'s job queue, run by its workers (`funnel serve`'s threads,
+    `funnel worker`): `triage`, or the service `settings` configure (`shared`: `build_triage`'s reranker,
+    chat and db). None when neither configures one."""
+    if triage is None and settings.repo is None:
+        return None
+    queue = TriageQueue(triage if triage is not None else build_triage(settings, **shared), library.queue)
+    library.handle(TRIAGE, queue.run)
+    return queue

@@ -61,6 +61,7 @@ def print_outcome(outcome: TriageOutcome, out: Console, err: Console, as_json: b
         data = result.model_dump(mode="json")
         data["incident_id"] = outcome.incident_id
         data["slack"] = outcome.delivery.status if outcome.delivery else None
+        data["steps"] = outcome.steps.model_dump() if outcome.steps else None
         out.print_json(json.dumps(data))
         return
     title = f"{result.exception_type or 'error'}: {result.message}" if result.message else (result.exception_type or "error")
@@ -96,7 +97,7 @@ def print_incidents(settings: Settings, limit: int, service: str | None, out: Co
         out.print_json(json.dumps([
             {"id": i.id, "created_at": i.created_at, "service": i.service, "exception_type": i.exception_type,
              "message": i.message, "fingerprint": i.fingerprint, "analysis_status": i.analysis_status,
-             "slack_status": i.slack_status}
+             "slack_status": i.slack_status, "steps": i.steps().model_dump()}
             for i in incidents
         ]))
         return
@@ -108,6 +109,6 @@ def print_incidents(settings: Settings, limit: int, service: str | None, out: Co
         table.add_column(column, overflow="fold")
     for i in incidents:
         error = f"{i.exception_type or ''}: {i.message}"[:120]
-        table.add_row(str(i.id), i.created_at, i.service, error, i.fingerprint, i.analysis_status,
-                      i.slack_status or "")
+        analysis = i.analysis_status if i.analysis_step in ("done", "skipped") else i.analysis_step  # queued, failed
+        table.add_row(str(i.id), i.created_at, i.service, error, i.fingerprint, analysis, i.slack_status or "")
     out.print(table)

@@ -1,16 +1,17 @@
 """The incident store: every triaged error and what became of its Slack message. One SQLite file here;
 `funnel.apps.state.incidents` keeps the same in the service database (`funnel serve --database`), and
-`open_incidents` there chooses. Both take their rows and queries from the helpers at the end, so both
-store the same redacted, bounded incident.
-
-What is written is redacted first (`redact_obj`): no secret of a report or an analysis reaches the disk.
-Sizes are bounded: a stack trace over `MAX_TRACE_CHARS` keeps its top and bottom around a marker, the
-message is cut to `MAX_MESSAGE_CHARS`, ranked-file excerpts to a few thousand characters.
+`open_incidents` there chooses. Both take their rows and queries from `funnel.apps.triage.incident_rows`,
+so both store the same redacted, bounded incident (no secret of a report or an analysis reaches the disk).
 
 SQLite runs in WAL mode and every call opens its own short connection, so API threads share one
 `IncidentStore` without a lock (SQLite serialises the writers; a busy file is waited on for 10 s). The
 schema is versioned with `PRAGMA user_version`; a file written by a newer funnel, a file that is not SQLite,
 or an SQLite file of something else is a `StoreError` with a one-line message.
+
+An incident is recorded as soon as its files are ranked; its slow steps (the analysis, the Slack message)
+run later on a worker (`funnel.apps.triage.queue`) and write their progress with `update`. Version 2 added
+the columns for that (`STEP_COLUMNS`); a version 1 file gains them when it is opened, its incidents marked
+as analysed (they were, before the answer went out).
 """
 
 from __future__ import annotations
@@ -20,23 +21,29 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from funnel.apps.triage.redact import redact, redact_obj
-from funnel.apps.triage.schema import MAX_MESSAGE_CHARS, MAX_TRACE_CHARS, ErrorReport, TriageResult
+from funnel.apps.triage.incident_rows import (
+    COLUMNS,
+    INSERT_COLUMNS,
+    STEP_COLUMNS,
+    Incident,
+    IncidentChange,
+    delivery_change,
+    incident_row,
+    interrupt_query,
+    list_query,
+    update_query,
+)
+from funnel.apps.triage.schema import ErrorReport, TriageResult, TriageSteps
 from funnel.apps.triage.slack import Delivery
 from funnel.errors import StoreError
 
-SCHEMA_VERSION = 1
-MAX_LIST = 1000
+__all__ = ["SCHEMA_VERSION", "Incident", "IncidentChange", "IncidentStore", "Incidents"]
+
+SCHEMA_VERSION = 2
 _BUSY_TIMEOUT_S = 10.0
-_DETAIL_CHARS = 1000
-_EXCERPT_CHARS = 4000
-_MAX_FILES = 50
-_MAX_NOTES = 50
 
 _SCHEMA_V1 = (
     """CREATE TABLE incidents (
@@ -56,46 +63,22 @@ _SCHEMA_V1 = (
     "CREATE INDEX incidents_by_fingerprint ON incidents (fingerprint, created_ts)",
     "CREATE INDEX incidents_by_service ON incidents (service, id)",
 )
-COLUMNS = (  # in the order of Incident's fields
-    "id, created_at, service, exception_type, message, fingerprint, analysis_status, result_json, "
-    "slack_status, slack_detail, report_json"
-)
-INSERT_COLUMNS = (  # in the order of incident_row's values
-    "created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, report_json, "
-    "result_json"
-)
-
-
-@dataclass(frozen=True)
-class Incident:
-    """One stored incident (already redacted). `slack_status` is None until a delivery is recorded."""
-
-    id: int
-    created_at: str
-    service: str
-    exception_type: str | None
-    message: str
-    fingerprint: str
-    analysis_status: str
-    result_json: str
-    slack_status: str | None
-    slack_detail: str | None
-    report_json: str = ""
-
-    def result(self) -> TriageResult:
-        return TriageResult.model_validate_json(self.result_json)
-
-    def report(self) -> ErrorReport:
-        return ErrorReport.model_validate_json(self.report_json)
-
-
 class Incidents(Protocol):
     """Where triaged errors are kept: an SQLite file (`IncidentStore`) or the service database
     (`funnel.apps.state.incidents.PostgresIncidentStore`). A StoreError says why one cannot be used."""
 
-    def record(self, report: ErrorReport, result: TriageResult) -> int: ...
+    def record(self, report: ErrorReport, result: TriageResult, steps: TriageSteps | None = None) -> int:
+        """Stores a new incident; its steps start as given (done at once, or queued for a worker; by default
+        analysed, no Slack message yet)."""
+
+    def update(self, incident_id: int, change: IncidentChange) -> None:
+        """Applies a step's progress; an unknown id is a `StoreError`."""
 
     def set_delivery(self, incident_id: int, delivery: Delivery) -> None: ...
+
+    def interrupt(self, detail: str) -> int:
+        """Every queued or running step becomes `interrupted`, with `detail`: the jobs that would have run
+        them died with their process (the embedded queue). How many incidents that touched."""
 
     def list(
         self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
@@ -123,24 +106,27 @@ class IncidentStore:
 
     # --- writing -----------------------------------------------------------------------------------------
 
-    def record(self, report: ErrorReport, result: TriageResult) -> int:
+    def record(self, report: ErrorReport, result: TriageResult, steps: TriageSteps | None = None) -> int:
         """Stores the redacted, size-bounded report and result; returns the new incident's id."""
+        row = incident_row(report, result, self._clock(), steps)
         with self._connect() as con:
-            cursor = con.execute(
-                f"INSERT INTO incidents ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                incident_row(report, result, self._clock()),
-            )
+            marks = ", ".join("?" * len(row))
+            cursor = con.execute(f"INSERT INTO incidents ({INSERT_COLUMNS}) VALUES ({marks})", row)
             return int(cursor.lastrowid)
+
+    def update(self, incident_id: int, change: IncidentChange) -> None:
+        sql, args = update_query("incidents", "?", incident_id, change)
+        with self._connect() as con:
+            if con.execute(sql, args).rowcount == 0:
+                raise StoreError(f"{self.path}: no incident {incident_id}")
 
     def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
         """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
+        self.update(incident_id, delivery_change(delivery))
+
+    def interrupt(self, detail: str) -> int:
         with self._connect() as con:
-            cursor = con.execute(
-                "UPDATE incidents SET slack_status = ?, slack_detail = ? WHERE id = ?",
-                (*delivery_values(delivery), incident_id),
-            )
-            if cursor.rowcount == 0:
-                raise StoreError(f"{self.path}: no incident {incident_id}")
+            return con.execute(*interrupt_query("incidents", "?", detail)).rowcount
 
     # --- reading -----------------------------------------------------------------------------------------
 
@@ -205,84 +191,15 @@ class IncidentStore:
                     raise StoreError(f"{self.path} is an SQLite file of something else (tables: {shown})")
                 for statement in _SCHEMA_V1:
                     con.execute(statement)
-                con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version < 2:
+                have = {row[1] for row in con.execute("PRAGMA table_info(incidents)")}
+                for name, definition in STEP_COLUMNS:
+                    if name not in have:  # a half-migrated file (added by hand, or an older funnel's try)
+                        con.execute(f"ALTER TABLE incidents ADD COLUMN {name} {definition}")
+            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
 
 
-# --- what both stores write and ask ------------------------------------------------------------------------
-
-
-def incident_row(report: ErrorReport, result: TriageResult, ts: float) -> tuple:
-    """The values of INSERT_COLUMNS for one incident at Unix time `ts`: redacted first, then bounded."""
-    report = _bounded_report(redact_obj(report))
-    result = _bounded_result(redact_obj(result))
-    created_at = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-    return (
-        created_at,
-        ts,
-        result.service,
-        result.exception_type,
-        report.message or result.message,
-        result.fingerprint,
-        result.analysis_status.value,
-        report.model_dump_json(),
-        result.model_dump_json(),
-    )
-
-
-def delivery_values(delivery: Delivery) -> tuple[str, str]:
-    """(slack_status, slack_detail) of a delivery, the detail redacted and cut."""
-    return getattr(delivery.status, "value", delivery.status), redact(delivery.detail)[:_DETAIL_CHARS]
-
-
-def list_query(
-    table: str, mark: str, limit: int, service: str | None, fingerprint: str | None
-) -> tuple[str, builtins.list]:
-    """`list`'s SELECT on `table` with the driver's parameter `mark` ("?" or "%s"), and its arguments."""
-    where, args = [], []
-    if service is not None:
-        where.append(f"service = {mark}")
-        args.append(service)
-    if fingerprint is not None:
-        where.append(f"fingerprint = {mark}")
-        args.append(fingerprint)
-    sql = f"SELECT {COLUMNS} FROM {table}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY id DESC LIMIT {mark}"
-    args.append(max(0, min(int(limit), MAX_LIST)))
-    return sql, args
-
-
-def _bounded_report(report: ErrorReport) -> ErrorReport:
-    return report.model_copy(
-        update={
-            "stack_trace": _bounded_trace(report.stack_trace),
-            "message": report.message[:MAX_MESSAGE_CHARS],
-        }
-    )
-
-
-def _bounded_trace(trace: str, limit: int = MAX_TRACE_CHARS) -> str:
-    """A trace of at most `limit` characters: its top three quarters and its bottom, around a marker."""
-    if len(trace) <= limit:
-        return trace
-    marker = f"\n… [{len(trace):,} characters; the middle is cut] …\n"
-    head = limit * 3 // 4
-    tail = limit - head - len(marker)
-    return trace[:head] + marker + trace[len(trace) - tail :]
-
-
-def _bounded_result(result: TriageResult) -> TriageResult:
-    files = [f.model_copy(update={"excerpt": f.excerpt[:_EXCERPT_CHARS]}) for f in result.files[:_MAX_FILES]]
-    return result.model_copy(
-        update={
-            "message": result.message[:MAX_MESSAGE_CHARS],
-            "files": files,
-            "notes": result.notes[:_MAX_NOTES],
-            "analysis_reason": result.analysis_reason[:_DETAIL_CHARS],
-        }
-    )

@@ -1,6 +1,9 @@
 """Triage over HTTP: `POST /v1/errors` (an application reports an error), `GET /v1/incidents[/{id}]`.
 
-Routes are plain `def`: FastAPI runs them in its threadpool, and the service's stages are synchronous.
+`POST /v1/errors` answers once the files are ranked and the incident recorded; the analysis and the Slack
+message follow on the job queue's workers (`funnel.apps.triage.queue`), and the incident's `steps` say where
+each stands. Routes are plain `def`: FastAPI runs them in its threadpool, and the service's stages are
+synchronous.
 """
 
 from __future__ import annotations
@@ -11,15 +14,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from funnel.apps.triage.schema import ErrorReport, TriageResult
-from funnel.apps.triage.service import TriageService
+from funnel.apps.triage.queue import TriageQueue
+from funnel.apps.triage.schema import ErrorReport, StepState, TriageResult, TriageSteps
 from funnel.errors import BackendUnavailable, ConfigError, NotFound
 
 
 class ErrorResponse(BaseModel):
     incident_id: int | None
-    slack: str | None  # sent | deduplicated | rate_limited | failed | None (no webhook)
-    result: TriageResult
+    slack: str | None  # queued, or once sent: sent | deduplicated | rate_limited | failed; None: no webhook
+    steps: TriageSteps | None  # the analysis's and the Slack message's: queued until a worker takes them
+    result: TriageResult  # the ranked files; analysis_status "queued" until the analysis step is done
 
 
 class IncidentSummary(BaseModel):
@@ -31,6 +35,7 @@ class IncidentSummary(BaseModel):
     fingerprint: str
     analysis_status: str
     slack_status: str | None
+    steps: TriageSteps
 
 
 class IncidentDetail(IncidentSummary):
@@ -38,35 +43,38 @@ class IncidentDetail(IncidentSummary):
     result: dict
 
 
-def configured_triage(request: Request) -> TriageService:
-    service = getattr(request.app.state, "triage", None)
-    if service is None:
+def configured_triage(request: Request) -> TriageQueue:
+    queue = getattr(request.app.state, "triage_queue", None)
+    if queue is None:
         raise BackendUnavailable("triage is not configured: start funnel serve with FUNNEL_REPO (or repo in "
                                  "funnel.toml) naming the repository to triage")
-    return service
+    return queue
 
 
-TriageDep = Annotated[TriageService, Depends(configured_triage)]
+TriageDep = Annotated[TriageQueue, Depends(configured_triage)]
 router = APIRouter(tags=["triage"])
 
 
 @router.post("/v1/errors", response_model=ErrorResponse)
 def report_error(report: ErrorReport, triage: TriageDep) -> ErrorResponse:
-    """Rank the repository's files for this error, analyse them (LLM, if configured), record the incident
-    and notify Slack (if configured). Without an LLM the files come back with `analysis_status`
-    "llm_unavailable"."""
+    """Rank the repository's files for this error and record the incident; answer with both at once. The
+    analysis (LLM, if configured) and the Slack message (if configured) are queued: `GET
+    /v1/incidents/{incident_id}` shows their steps, and the analysis once it is done."""
     if not report.message.strip() and not report.stack_trace.strip():
         raise ConfigError("the report has neither a message nor a stack_trace")
-    outcome = triage.triage(report)
+    outcome = triage.submit(report)
+    slack = outcome.steps.slack.status if outcome.steps else None
     return ErrorResponse(
         incident_id=outcome.incident_id,
-        slack=outcome.delivery.status if outcome.delivery else None,
+        slack=None if slack == StepState.SKIPPED else slack,
+        steps=outcome.steps,
         result=outcome.result,
     )
 
 
-def _summary(incident) -> dict:
-    return {name: getattr(incident, name) for name in IncidentSummary.model_fields}
+def _summary(incident, triage: TriageQueue) -> dict:
+    fields = {name: getattr(incident, name) for name in IncidentSummary.model_fields if name != "steps"}
+    return {**fields, "steps": triage.steps(incident)}
 
 
 @router.get("/v1/incidents", response_model=list[IncidentSummary])
@@ -76,16 +84,18 @@ def list_incidents(
     service: str | None = None,
     fingerprint: str | None = None,
 ) -> list[IncidentSummary]:
-    store = triage.incidents
+    store = triage.service.incidents
     if store is None:
         return []
-    return [IncidentSummary(**_summary(i)) for i in store.list(limit=limit, service=service, fingerprint=fingerprint)]
+    listed = store.list(limit=limit, service=service, fingerprint=fingerprint)
+    return [IncidentSummary(**_summary(i, triage)) for i in listed]
 
 
 @router.get("/v1/incidents/{incident_id}", response_model=IncidentDetail)
 def get_incident(incident_id: int, triage: TriageDep) -> IncidentDetail:
-    incident = triage.incidents.get(incident_id) if triage.incidents else None
+    store = triage.service.incidents
+    incident = store.get(incident_id) if store else None
     if incident is None:
         raise NotFound(f"no incident {incident_id}")
-    return IncidentDetail(**_summary(incident), slack_detail=incident.slack_detail,
+    return IncidentDetail(**_summary(incident, triage), slack_detail=incident.slack_detail,
                           result=json.loads(incident.result_json))

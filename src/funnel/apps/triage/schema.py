@@ -6,7 +6,7 @@ JSON an LLM writes and funnel must validate before anything trusts it.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +46,7 @@ class AnalysisStatus(str, Enum):
     OK = "ok"
     LLM_UNAVAILABLE = "llm_unavailable"  # no LLM configured or reachable: ranked files only
     INVALID = "invalid"  # the LLM answered, but never with JSON that fits `Analysis`
+    QUEUED = "queued"  # not analysed yet: a worker will (`POST /v1/errors` answers before the analysis)
 
 
 class RankedFile(BaseModel):
@@ -71,3 +72,34 @@ class TriageResult(BaseModel):
     analysis_status: AnalysisStatus
     analysis_reason: str = ""
     notes: list[str] = Field(default_factory=list)
+
+
+class StepState(StrEnum):
+    """Where one step of an incident stands: the analysis, or the Slack message (whose outcome, once it ran,
+    is its `DeliveryStatus`: sent, deduplicated, rate_limited, failed)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # its process stopped, and its jobs with it (the embedded server's queue)
+    SKIPPED = "skipped"  # nothing to do: no Slack webhook configured
+
+
+UNFINISHED = (StepState.QUEUED.value, StepState.RUNNING.value)
+
+
+class Step(BaseModel):
+    status: str  # a StepState, or for Slack what became of the message
+    detail: str = ""  # why it failed, what Slack said, or how many tries it took
+
+
+class TriageSteps(BaseModel):
+    """An incident's slow steps, which run after `POST /v1/errors` has answered."""
+
+    analysis: Step
+    slack: Step
+
+    @property
+    def finished(self) -> bool:
+        return self.analysis.status not in UNFINISHED and self.slack.status not in UNFINISHED
