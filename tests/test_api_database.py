@@ -192,6 +192,17 @@ def test_an_incident_posted_through_one_server_is_analysed_by_another(pg_dsn, tm
     assert done["steps"]["analysis"]["status"] == "done" and done["analysis_status"] == "ok"  # the analyst's LLM
     assert done["result"]["analysis"]["summary"] == ANALYSIS["summary"] and len(llm.requests) == 1
     assert done["steps"]["slack"]["status"] == "sent" and len(slack.requests) == 1
+    # `funnel incidents` on any machine lists it from the database, not from a local SQLite file.
+    import os
+    import subprocess
+    import sys
+
+    listed = subprocess.run(
+        [sys.executable, "-c", "from funnel.apps.main import run; run()", "incidents", "--json"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "FUNNEL_DATABASE": pg_dsn})
+    assert listed.returncode == 0, listed.stderr
+    assert [i["id"] for i in json.loads(listed.stdout)] == [body["incident_id"]]
+    assert not (tmp_path / ".funnel-incidents.sqlite").exists()
 
 
 def test_a_triage_whose_worker_died_is_taken_again_after_its_lease(pg_dsn, tmp_path):

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from funnel.apps.settings import Settings
 from funnel.apps.triage.build import build_triage
-from funnel.apps.triage.incidents import IncidentStore
 from funnel.apps.triage.schema import MAX_TRACE_CHARS, ErrorReport
 from funnel.apps.triage.service import TriageOutcome
 from funnel.errors import ConfigError
@@ -92,7 +91,17 @@ def print_outcome(outcome: TriageOutcome, out: Console, err: Console, as_json: b
 
 
 def print_incidents(settings: Settings, limit: int, service: str | None, out: Console, as_json: bool) -> None:
-    incidents = IncidentStore(settings.incidents).list(limit=limit, service=service)
+    """The incidents `funnel serve` recorded: in the service database when one is set, else the SQLite file."""
+    from funnel.apps.api.library import open_database
+    from funnel.apps.state.incidents import open_incidents
+
+    db = open_database(settings)
+    try:
+        incidents = open_incidents(db, settings.incidents).list(limit=limit, service=service)
+    finally:
+        if db is not None:
+            db.close()
+    where = db.label if db is not None else settings.incidents
     if as_json:
         out.print_json(json.dumps([
             {"id": i.id, "created_at": i.created_at, "service": i.service, "exception_type": i.exception_type,
@@ -102,9 +111,9 @@ def print_incidents(settings: Settings, limit: int, service: str | None, out: Co
         ]))
         return
     if not incidents:
-        out.print(f"no incidents in {settings.incidents}")
+        out.print(f"no incidents in {where}")
         return
-    table = Table(title=f"incidents ({settings.incidents})", title_justify="left")
+    table = Table(title=f"incidents ({where})", title_justify="left")
     for column in ("id", "when", "service", "error", "fingerprint", "analysis", "slack"):
         table.add_column(column, overflow="fold")
     for i in incidents:
