@@ -233,31 +233,27 @@ def _report(tally, target: str, rounds: Rounds, n: int, started: float) -> None:
     assert not rounds.failures, f"{len(rounds.failures)} of {n} rounds broke a promise:\n" + "\n".join(rounds.failures)
 
 
-@pytest.mark.slow
-def test_kill_9_at_random_points_of_ingest(cli, location, rng, tmp_path, tally):
-    n = scale(20, 200)
+def _stop_ingests(cli, location, rng, tmp_path, tally, n: int, stop, allowed_codes, what: str) -> None:
+    """`n` rounds of an ingest stopped by `stop` at a random moment, then every promise checked."""
     started = time.monotonic()
     rounds = Rounds(cli, location, Corpus(tmp_path / "docs", rng), rng)
-    rounds.run(n, _kill9, allowed_codes=(-signal.SIGKILL, 0))
-    _report(tally, f"kill -9 during ingest ({_store_name(location)})", rounds, n, started)
+    rounds.run(n, stop, allowed_codes=allowed_codes)
+    _report(tally, f"{what} during ingest ({_store_name(location)})", rounds, n, started)
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_of_ingest(cli, location, rng, tmp_path, tally):
+    _stop_ingests(cli, location, rng, tmp_path, tally, scale(20, 200), _kill9, (-signal.SIGKILL, 0), "kill -9")
 
 
 @pytest.mark.slow
 def test_ctrl_c_at_random_points_of_ingest(cli, location, rng, tmp_path, tally):
-    n = scale(3, 20)
-    started = time.monotonic()
-    rounds = Rounds(cli, location, Corpus(tmp_path / "docs", rng), rng)
-    rounds.run(n, _ctrl_c, allowed_codes=(130, 0))
-    _report(tally, f"Ctrl-C during ingest ({_store_name(location)})", rounds, n, started)
+    _stop_ingests(cli, location, rng, tmp_path, tally, scale(3, 20), _ctrl_c, (130, 0), "Ctrl-C")
 
 
 @pytest.mark.slow
 def test_ctrl_c_twice_at_random_points_of_ingest(cli, location, rng, tmp_path, tally):
-    n = scale(3, 20)
-    started = time.monotonic()
-    rounds = Rounds(cli, location, Corpus(tmp_path / "docs", rng), rng)
-    rounds.run(n, _ctrl_c_twice(rng), allowed_codes=(130, 0))
-    _report(tally, f"Ctrl-C twice during ingest ({_store_name(location)})", rounds, n, started)
+    _stop_ingests(cli, location, rng, tmp_path, tally, scale(3, 20), _ctrl_c_twice(rng), (130, 0), "Ctrl-C twice")
 
 
 def _data_files(index: Path) -> set[str]:

@@ -184,22 +184,27 @@ def ask_stream(client) -> list[tuple[str, dict]]:
         return sse_events(response)
 
 
+def each_variant(server, fault: str, call):
+    """Every variant of `fault`, REPEAT times: (variant, what `call()` returned with it set, seconds taken)."""
+    for _ in range(REPEAT):
+        for variant in cases(fault):
+            set_fault(server, variant)
+            t0 = time.monotonic()
+            value = call()
+            yield variant, value, time.monotonic() - t0
+
+
 @pytest.mark.parametrize("fault", MODES)
 def test_llm_fault_answers_extractively(llm, fault, tally):
     kind, api, server = llm
     assert ask(api)["generator"].startswith(f"{kind}:")  # the LLM really answers when it is up
     row = Matrix(tally, f"LLM ({kind}, JSON): {fault}")
-    for _ in range(REPEAT):
-        for variant in cases(fault):
-            set_fault(server, variant)
-            t0 = time.monotonic()
-            body = ask(api)
-            seconds = time.monotonic() - t0
-            row.check(variant, seconds, TIMEOUT + MARGIN, [
-                None if body["generator"] == "extractive" else f"generator {body['generator']}",
-                None if "Iris Kallas" in body["answer"] else f"no answer: {body['answer']!r:.100}",
-                problem(body["fallback_reason"], variant),
-            ])
+    for variant, body, seconds in each_variant(server, fault, lambda: ask(api)):
+        row.check(variant, seconds, TIMEOUT + MARGIN, [
+            None if body["generator"] == "extractive" else f"generator {body['generator']}",
+            None if "Iris Kallas" in body["answer"] else f"no answer: {body['answer']!r:.100}",
+            problem(body["fallback_reason"], variant),
+        ])
     row.done()
 
 
@@ -209,34 +214,29 @@ def test_llm_fault_in_a_stream_ends_with_an_answer(llm, fault, tally):
     the words so far, then the "[answer interrupted: why]" delta and `done` flagged interrupted."""
     kind, api, server = llm
     row = Matrix(tally, f"LLM ({kind}, SSE): {fault}")
-    for _ in range(REPEAT):
-        for variant in cases(fault):
-            set_fault(server, variant)
-            t0 = time.monotonic()
-            events = ask_stream(api)
-            seconds = time.monotonic() - t0
-            names = [name for name, _ in events]
-            if names[-1:] != ["done"]:
-                row.check(variant, seconds, TIMEOUT + MARGIN, [f"the stream ended with {names[-3:]}"])
-                continue
-            done = events[-1][1]
-            deltas = "".join(data["text"] for name, data in events if name == "delta")
-            if variant == "close":
-                marker = re.search(r"\[answer interrupted: (.*)\]$", done["answer"])
-                kept = done["answer"].startswith("Iris Kallas is the CEO")  # the two events sent
-                checks = [
-                    None if "interrupted" in done["flags"] else f"flags {done['flags']}",
-                    None if kept else "the words already shown are lost",
-                    problem(marker.group(1) if marker else None, variant),
-                ]
-            else:
-                checks = [
-                    None if done["generator"] == "extractive" else f"generator {done['generator']}",
-                    None if "Iris Kallas" in done["answer"] else f"no answer: {done['answer']!r:.100}",
-                    problem(done["fallback_reason"], variant),
-                ]
-            checks.append(None if deltas == done["answer"] else "the deltas are not the answer")
-            row.check(variant, seconds, TIMEOUT + MARGIN, checks)
+    for variant, events, seconds in each_variant(server, fault, lambda: ask_stream(api)):
+        names = [name for name, _ in events]
+        if names[-1:] != ["done"]:
+            row.check(variant, seconds, TIMEOUT + MARGIN, [f"the stream ended with {names[-3:]}"])
+            continue
+        done = events[-1][1]
+        deltas = "".join(data["text"] for name, data in events if name == "delta")
+        if variant == "close":
+            marker = re.search(r"\[answer interrupted: (.*)\]$", done["answer"])
+            kept = done["answer"].startswith("Iris Kallas is the CEO")  # the two events sent
+            checks = [
+                None if "interrupted" in done["flags"] else f"flags {done['flags']}",
+                None if kept else "the words already shown are lost",
+                problem(marker.group(1) if marker else None, variant),
+            ]
+        else:
+            checks = [
+                None if done["generator"] == "extractive" else f"generator {done['generator']}",
+                None if "Iris Kallas" in done["answer"] else f"no answer: {done['answer']!r:.100}",
+                problem(done["fallback_reason"], variant),
+            ]
+        checks.append(None if deltas == done["answer"] else "the deltas are not the answer")
+        row.check(variant, seconds, TIMEOUT + MARGIN, checks)
     row.done()
 
 
