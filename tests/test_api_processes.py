@@ -203,3 +203,39 @@ def test_the_api_key_and_cors_behave_the_same_on_every_process(service):
         other = httpx.options(url + "/v1/collections", headers={
             "Origin": "http://evil.example", "Access-Control-Request-Method": "GET"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+def test_serve_workers_runs_that_many_processes_on_one_port(service):
+    port = free_port()
+    service.env["FUNNEL_JOB_THREADS"] = "1"
+    parent = service._start("serve", "--port", str(port), "--workers", "2")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and parent.poll() is None, (service.folder / "process-0.log").read_text()
+        time.sleep(0.2)
+    with httpx.Client(base_url=url, timeout=60) as client:
+        upload(client, "default", samples())
+        assert {d["status"] for d in wait_done(client, "default", timeout=120)} == {"ready"}
+        assert client.post("/v1/collections/default/search", json={"query": CEO_QUESTION}).json()["results"]
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                for pid in children_of(parent.pid)]
+    assert sum("spawn_main" in c for c in commands) == 2, commands  # uvicorn's two server processes
