@@ -233,6 +233,8 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
     if settings.database is None:
         from funnel.apps.api.home import EmbeddedHome
 
+        threads = max(threads, 1)  # an in-process queue has no other worker: job_threads 0 would stall it
+
         return Library(EmbeddedHome(settings.data_dir), services, workers=threads, lease_s=settings.job_lease_s)
     from funnel.apps.api.pg_home import PgHome
     from funnel.apps.state.pg_jobs import PgJobs

@@ -192,7 +192,8 @@ class MemoryJobs:
                        for e in self._entries.values())
 
     def _forget_ended(self, keep: int = 1000) -> None:
-        ended = [i for i, e in self._entries.items() if e.job.state in (JobState.DONE, JobState.CANCELLED)]
+        ended = [i for i, e in self._entries.items()
+                 if e.job.state in (JobState.DONE, JobState.CANCELLED, JobState.FAILED)]
         for job_id in ended[:-keep] if len(ended) > keep else ():
             del self._entries[job_id]
 

@@ -9,6 +9,7 @@ instant: the loser's update fails, and it looks again without that lane.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection, Mapping
 
 from funnel.apps.state.db import Database
@@ -30,6 +31,7 @@ MIGRATIONS = [
 _COLUMNS = "id, kind, lane, key, payload, attempts, state, error"
 # Ended jobs are kept this long (their errors can be read), then deleted by later claims.
 KEEP_ENDED = "7 days"
+CLEAN_EVERY_S = 60.0
 
 
 def _job(row) -> Job:
@@ -45,6 +47,7 @@ class PgJobs:
         # Tables made on first use: a server starts while the database is down and recovers when it is back.
         self.db, self.max_attempts = db, max_attempts
         self.tables = ComponentTables(db, "jobs", MIGRATIONS)
+        self._cleaned = float("-inf")
 
     def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
         with self.tables.transaction() as conn:
@@ -82,8 +85,10 @@ class PgJobs:
                 "'queued' ELSE 'failed' END, error = 'its worker stopped without finishing it', worker = NULL, "
                 "lease_until = NULL, run_after = now() + make_interval(secs => %s * attempts), updated = now() "
                 "WHERE state = 'running' AND lease_until < now()", [self.max_attempts, RETRY_AFTER_S])
-            conn.execute(f"DELETE FROM funnel_jobs WHERE state IN ('done', 'cancelled', 'failed') "
-                         f"AND updated < now() - interval '{KEEP_ENDED}'")
+            if time.monotonic() - self._cleaned > CLEAN_EVERY_S:  # not at every poll: a scan of the table
+                self._cleaned = time.monotonic()
+                conn.execute(f"DELETE FROM funnel_jobs WHERE state IN ('done', 'cancelled', 'failed') "
+                             f"AND updated < now() - interval '{KEEP_ENDED}'")
 
     def renew(self, job_id: int, worker: str, lease_s: float = LEASE_S) -> bool:
         with self.tables.connection() as conn:
