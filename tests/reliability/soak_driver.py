@@ -319,7 +319,9 @@ class Load:
         r = client.post(f"/v1/collections/{COLLECTION}/search", json=body)
         self._expect(r, 200)
         if not r.json()["results"]:
-            raise Unexpected(f"search {body['query']!r} found nothing")
+            found = r.json()
+            raise Unexpected(f"search {body['query']!r} found nothing (rerank {found['rerank_status']}: "
+                             f"{found['rerank_reason']}; notes {found['notes']})")
         return "ok"
 
     def _ask(self, client, rng) -> str:

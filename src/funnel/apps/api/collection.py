@@ -243,7 +243,7 @@ class Collection:
         record = self.registry.remove(doc_id)
         if record is None:
             raise NotFound(f"no document {doc_id[:80]!r} in collection {self.name!r}")
-        had_job = self._queue.jobs.cancel(self._key(doc_id))  # its running ingest drops what it wrote
+        had_job = self._queue.cancel(self._key(doc_id))  # its running ingest drops what it wrote
         self.files.delete(record.filename)
         if not had_job:
             job = self._queue.put(DROP, self.name, self._key(doc_id) + ":drop", {"doc": doc_id})

@@ -73,7 +73,7 @@ class Library:
         self.jobs = jobs if jobs is not None else MemoryJobs()
         self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run), f"{socket.gethostname()}-{os.getpid()}",
                                threads=workers, lease_s=lease_s)
-        self.queue = Queue(self.jobs, self.workers.wake)
+        self.queue = Queue(self.jobs, self.workers.wake, self.workers.stop_running)
         self._open: dict[str, Collection] = {}
         self._deleting: dict[str, threading.Thread] = {}  # collections whose data is being removed
         self._lock = threading.Lock()
@@ -178,6 +178,7 @@ class Library:
             self.home.remove_marker(name)
             collection.close()
             cancelled = self.jobs.cancel_lane(name)
+            self.workers.stop_running(lane=name)
             remover = threading.Thread(target=self._remove, args=(name, prefix), name=f"funnel-delete-{name}")
             self._deleting[name] = remover
             remover.start()

@@ -328,6 +328,14 @@ class Workers:
             with self._lock:
                 self._running.discard(lease)
 
+    def stop_running(self, key: str | None = None, lane: str | None = None) -> None:
+        """Tell this process's running jobs of `key` (or of `lane`) that they were cancelled, without waiting
+        for a renewal."""
+        with self._lock:
+            for lease in self._running:
+                if (key is not None and lease.job.key == key) or (lane is not None and lease.job.lane == lane):
+                    lease.cancelled.set()
+
     def close(self, wait: bool = True) -> None:
         """Stop taking jobs; a running one is cancelled (it stops at its next check) and goes back to the
         queue, for this process's next start or another process's workers."""
@@ -345,8 +353,17 @@ class Queue:
     """A process's hand on the job queue: `put` wakes this process's workers at once; `wait` waits for a
     job's end (a DELETE waits briefly for its document's chunks to go)."""
 
-    def __init__(self, jobs: Jobs, wake: Callable[[], None] = lambda: None):
-        self.jobs, self._wake = jobs, wake
+    def __init__(self, jobs: Jobs, wake: Callable[[], None] = lambda: None,
+                 stop_running: Callable[[str], None] = lambda key: None):
+        self.jobs, self._wake, self._stop_running = jobs, wake, stop_running
+
+    def cancel(self, key: str) -> int:
+        """Cancel `key`'s jobs; one running in this process hears it at once (elsewhere: at its next renewal),
+        so a deleted document's ingest stops before it commits rather than after."""
+        cancelled = self.jobs.cancel(key)
+        if cancelled:
+            self._stop_running(key)
+        return cancelled
 
     def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
         job_id = self.jobs.put(kind, lane, key, payload, unique)
