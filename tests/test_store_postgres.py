@@ -382,3 +382,25 @@ def test_adding_and_deleting_in_one_transaction_leaves_exact_statistics(pg_dsn):
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM funnel_terms").fetchone()[0] == 0
         assert conn.execute("SELECT bm25_docs, bm25_tokens FROM funnel_meta").fetchone() == (0, 0)
+
+
+@pytest.mark.parametrize("pilot", [1, 3, 10_000])
+def test_maxscore_pruning_returns_exactly_the_unpruned_top_n(pg_dsn, monkeypatch, pilot):
+    """With pruning forced on every query (and pilots of one posting up to all), the top n and their scores
+    are those of the plain pass, to the bit, with and without a filter."""
+    from funnel.index import postgres_bm25
+
+    rng = np.random.default_rng(7)
+    vocabulary = "heart attack risk cancer cell gene protein dose trial blood sugar brain mouse".split()
+    texts = [" ".join(rng.choice(vocabulary, size=rng.integers(3, 25), p=np.linspace(3, 0.2, len(vocabulary))
+                                 / np.linspace(3, 0.2, len(vocabulary)).sum())) for _ in range(300)]
+    store = PgStore(pg_dsn)
+    _write(store, [chunk(f"d{i}", 0, t, kind="code" if i % 3 == 0 else "text") for i, t in enumerate(texts)])
+    queries = ["heart attack", "mouse brain gene", "blood sugar trial dose", "heart heart cancer risk cell"]
+    plain = {(q, f): store.search_lexical(q, 10, f) for q in queries for f in (None, Filter(kinds=("code",)))}
+    monkeypatch.setattr(postgres_bm25, "PRUNE_MIN_POSTINGS", 0)  # `plain` ran below the default threshold
+    monkeypatch.setattr(postgres_bm25, "PILOT_POSTINGS", pilot)
+    for (q, f), want in plain.items():
+        got = store.search_lexical(q, 10, f)
+        assert [h.chunk.chunk_id for h in got] == [h.chunk.chunk_id for h in want], (q, f)
+        assert [h.score for h in got] == [h.score for h in want]

@@ -1,6 +1,6 @@
-"""PgStore's BM25 on its block postings (postgres_blocks, postgres_bm25), on a real PostgreSQL: the top n is
-the closed form's, and the blocks stay exact through adds, deletes and the conversion of a format-1 index.
-Blocks span 8 chunk keys here, so a small corpus fills many."""
+"""PgStore's BM25 on its block postings (postgres_blocks, postgres_bm25), on a real PostgreSQL: the pruned
+top n is the exhaustive one to the bit, both are the closed form's, and the blocks stay exact through adds,
+deletes and the conversion of a format-1 index. Blocks span 8 chunk keys here: a small corpus fills many."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 
 from funnel.errors import StoreError  # noqa: E402
-from funnel.index import postgres_blocks  # noqa: E402
+from funnel.index import postgres_blocks, postgres_bm25  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
 from funnel.index.bm25_text import Analyzer, lexical_text, score  # noqa: E402
 from funnel.index.postgres import PgStore  # noqa: E402
@@ -81,12 +81,27 @@ def _same_ranking(got: list[tuple[str, float]], want: list[tuple[str, float]], n
         assert tied[0] <= tied[1]
 
 
-def _check_searches(store: PgStore, chunks: dict) -> None:
-    """Every query and filter: the closed form's top n."""
+def _check_searches(store: PgStore, chunks: dict, monkeypatch) -> int:
+    """Every query and filter, pruned (pilots from one posting to all) and exhaustive: the same chunks in the
+    same order with the same scores, and the closed form's. Returns how many searches pruned a term."""
+    exhaustive_lists = []
+    real = postgres_bm25._exhaustive
+    monkeypatch.setattr(postgres_bm25, "_exhaustive",
+                        lambda lists: exhaustive_lists.append(len(lists)) or real(lists))
+    pruned = 0
     for query in QUERIES:
         for f in FILTERS:
-            got = [(h.chunk.chunk_id, h.score) for h in store.search_lexical(query, 7, f)]
-            _same_ranking(got, _reference(chunks, query, f), 7)
+            monkeypatch.setattr(postgres_bm25, "PRUNE_MIN_POSTINGS", 10**9)
+            plain = [(h.chunk.chunk_id, h.score) for h in store.search_lexical(query, 7, f)]
+            _same_ranking(plain, _reference(chunks, query, f), 7)
+            for pilot in (1, 3, 10_000):
+                monkeypatch.setattr(postgres_bm25, "PRUNE_MIN_POSTINGS", 0)
+                monkeypatch.setattr(postgres_bm25, "PILOT_POSTINGS", pilot)
+                exhaustive_lists.clear()
+                got = [(h.chunk.chunk_id, h.score) for h in store.search_lexical(query, 7, f)]
+                assert got == plain, (query, f, pilot)  # to the bit, ties in chunk-key order
+                pruned += any(k < len(set(Analyzer().terms(query))) for k in exhaustive_lists)
+    return pruned
 
 
 def _check_blocks(dsn: str) -> None:
@@ -112,7 +127,7 @@ def _check_blocks(dsn: str) -> None:
     assert got == want
 
 
-def test_search_is_the_closed_form_through_adds_and_deletes(pg_dsn):
+def test_pruned_search_is_the_exhaustive_one_through_adds_and_deletes(pg_dsn, monkeypatch):
     rng = np.random.default_rng(11)
     store = PgStore(pg_dsn)
     live: dict[str, object] = {}
@@ -126,17 +141,19 @@ def test_search_is_the_closed_form_through_adds_and_deletes(pg_dsn):
             del live[cid]
         live.update({c.chunk_id: c for c in add})
 
+    pruned = 0
     commit(_docs(rng, [f"d{i}" for i in range(60)]))
-    _check_searches(store, live)
+    pruned += _check_searches(store, live, monkeypatch)
     wide = chunk("x1", 0, " ".join(["heart"] * WIDE + ["cell"] * 3), path="src/1x.py")
     commit([*_docs(rng, [f"d{i}" for i in range(10, 25)] + [f"n{i}" for i in range(20)]), wide],
            delete={f"d{i}" for i in range(0, 25, 2)} | {f"d{i}" for i in range(10, 25)})
     _check_blocks(pg_dsn)
-    _check_searches(store, live)
+    pruned += _check_searches(store, live, monkeypatch)
     commit([], delete={"x1", "d31", "d33", "n4"})  # deletes alone, the wide block's chunk among them
     commit(_docs(rng, ["z1", "z2"]), delete={"z1", "d40", "d41"})  # added and deleted in one transaction
     _check_blocks(pg_dsn)
-    _check_searches(store, live)
+    pruned += _check_searches(store, live, monkeypatch)
+    assert pruned > 20  # the MaxScore path did leave terms out
 
 
 def test_a_format_1_index_is_converted_by_its_next_write(pg_dsn):
