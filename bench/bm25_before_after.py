@@ -5,7 +5,8 @@
 --before is a checkout of the older code (its src/ is imported). One throwaway PostgreSQL (settings of
 scale_backends.py) holds, in turn:
   1. the index built by the older code (scale_backends' passages and batches, one transaction, then VACUUM
-     ANALYZE), queried by the older code: the 200 SciFact claims, n = 50;
+     ANALYZE), queried by the older code: the 200 SciFact claims, n = 50, then again filtered to the paths
+     that start with "d1" (11% of the chunks);
   2. the same index after the first write of this code (a format conversion, when there is one), queried;
   3. a fresh build by this code, queried.
 Each phase runs in its own process (importing its own funnel). The top 50 of 2 and 3 are compared with 1:
@@ -59,17 +60,23 @@ def _vacuum(store, conn) -> dict:
 
 
 def _phase_query(args, store, conn) -> dict:
+    """The claims unfiltered, then filtered to the chunks whose path starts with d1 (11%)."""
+    from funnel.index.base import Filter
+
     with open(args.dataset / "queries.jsonl", encoding="utf-8") as fh:
         queries = [json.loads(line)["text"] for line in fh][: args.queries]
-    for q in queries[:5]:
-        store.search_lexical(q, 50)
-    results, ms = [], []
-    for q in queries:
-        t0 = time.perf_counter()
-        hits = store.search_lexical(q, 50)
-        ms.append(1000 * (time.perf_counter() - t0))
-        results.append([(h.chunk.chunk_id, h.score) for h in hits])
-    return {"ms": ms, "results": results, "load": os.getloadavg()[0]}
+    out = {"load": os.getloadavg()[0]}
+    for name, f in (("", None), ("filtered_", Filter(path_prefix="d1"))):
+        for q in queries[:5]:
+            store.search_lexical(q, 50, f)
+        results, ms = [], []
+        for q in queries:
+            t0 = time.perf_counter()
+            hits = store.search_lexical(q, 50, f)
+            ms.append(1000 * (time.perf_counter() - t0))
+            results.append([(h.chunk.chunk_id, h.score) for h in hits])
+        out.update({f"{name}ms": ms, f"{name}results": results})
+    return out
 
 
 def _phase_update(args, store, conn) -> dict:
@@ -136,7 +143,7 @@ def _agree(before: list, after: list) -> str:
     differ = [i for i, (a, b) in enumerate(zip(before, after)) if not _same(a, b)]
     for i in differ[:3]:
         print(f"# query {i} differs:\n#   before {before[i][:12]}\n#   after  {after[i][:12]}")
-    return f"{len(before) - len(differ)}/{len(before)} queries identical"
+    return f"{len(before) - len(differ)}/{len(before)} identical"
 
 
 def _drop(dsn: str, prefix: str) -> None:
@@ -153,14 +160,15 @@ def _report(args, rows: list) -> None:
 
     print(f"\n{args.chunks:,} chunks, {args.queries} queries, n = 50, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d')}")
-    print("| index | build s | disk MB | BM25 p50 ms | p95 ms | load | top 50 vs before "
+    print("| index | build s | disk MB | BM25 p50 / p95 ms | filtered p50 / p95 ms | load | top 50 vs before "
           "| add 10 / delete 10 s |")
     print("|---|---|---|---|---|---|---|---|")
     for name, made, queried, updated in rows:
-        p50, p95 = percentiles(queried["ms"])
         took = f"{made['build_s']:.1f}" if "build_s" in made else f"(conversion {made['convert_s']:.1f})"
-        agree = "-" if name == "before" else _agree(rows[0][2]["results"], queried["results"])
-        print(f"| {name} | {took} | {made['disk_mb']:,.0f} | {p50:.1f} | {p95:.1f} | {queried['load']:.1f} "
+        ms = " | ".join("{:.1f} / {:.1f}".format(*percentiles(queried[k])) for k in ("ms", "filtered_ms"))
+        agree = "-" if name == "before" else " + ".join(
+            _agree(rows[0][2][k], queried[k]) for k in ("results", "filtered_results"))
+        print(f"| {name} | {took} | {made['disk_mb']:,.0f} | {ms} | {queried['load']:.1f} "
               f"| {agree} | {updated['add_10_s']:.2f} / {updated['delete_10_s']:.2f} |")
 
 
@@ -189,7 +197,7 @@ def main() -> None:
                    str(args.queries), "--dataset", str(args.dataset)]
         out = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
         print(f"# {time.strftime('%H:%M:%S')} {name} ({code}): "
-              + json.dumps({k: v for k, v in out.items() if k not in ("ms", "results")}), flush=True)
+              + json.dumps({k: v for k, v in out.items() if not k.endswith(("ms", "results"))}), flush=True)
         return out
 
     before, after = args.before, HERE.parent
