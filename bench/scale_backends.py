@@ -157,7 +157,7 @@ def main() -> None:
             build_s = build(store, texts, rng)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 t0 = time.perf_counter()
-                for name in ("chunks", "terms", "postings"):
+                for name in ("chunks", "terms", "blocks"):
                     conn.execute(f"VACUUM (ANALYZE) {store.prefix}_{name}")
                 extra = f", then VACUUM ANALYZE {time.perf_counter() - t0:.1f}s"
                 disk = conn.execute(

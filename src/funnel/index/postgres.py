@@ -10,11 +10,12 @@ Tables, named after a prefix (default "funnel"), in the connection's schema:
     {p}_meta      one row: format, embedder, dim, version (+1 per commit), counts, BM25 totals
     {p}_chunks    a row per chunk: its fields, `embedding vector(dim)`, its BM25 length and term ids
     {p}_terms     term -> term_id, df (documents holding it)
-    {p}_postings  (term_id, chunk_key) -> tf, dl; primary key (term_id, chunk_key) including (tf, dl)
+    {p}_blocks    (term_id, blk) -> a term's postings among 2**14 chunk keys, packed (postgres_blocks)
 
-BM25 is computed in SQL from the project's own statistics, with the analyser and formula of LanceDB's
-full-text index (bm25_text.py), so both backends rank alike. Dense search scans exactly below
-ANN_MIN_ROWS chunks (like LanceStore); from there an HNSW index (cosine) is built at commit.
+BM25 is computed from the project's own statistics (postgres_bm25), with the analyser and formula of
+LanceDB's full-text index (bm25_text.py), so both backends rank alike. Dense search scans exactly below
+ANN_MIN_ROWS chunks (like LanceStore); from there an HNSW index (cosine) is built at commit. An index of
+format 1 (a row per posting) is converted by its next write; until then BM25 refuses it in one line.
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ import numpy as np
 
 from funnel.errors import ConfigError, StoreError, missing_dependency
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, chunk_from_row, vectors_in_order
-from funnel.index.bm25_text import Analyzer, idf, lexical_text
-from funnel.index.postgres_bm25 import QueryTerm, top_n
+from funnel.index.bm25_text import Analyzer, lexical_text
+from funnel.index.postgres_bm25 import top_n
+from funnel.index.postgres_blocks import migrate_postings
 from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables, where_sql
 from funnel.types import Chunk
 
 log = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
-
+# Index formats this version converts on its next write (and reads all but lexically until then).
+_CONVERTED = (1,)
 
 
 def _psycopg():
@@ -83,13 +86,15 @@ class PgStore:
         self._where_to = f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
         self._label = f"postgresql://{user}{self._where_to} (tables {table_prefix}_*)"
         self.prefix = table_prefix
-        self._t = {name: f"{table_prefix}_{name}" for name in ("meta", "chunks", "terms", "postings", "calibration")}
+        names = ("meta", "chunks", "terms", "blocks", "postings", "calibration")  # postings: format 1's
+        self._t = {name: f"{table_prefix}_{name}" for name in names}
         self._read_timeout_ms = max(1, round(read_timeout_s * 1000))
         self._conn = None
         self._exists = False
         self._lock = threading.Lock()
         self._analyzer: Analyzer | None = None
         self._pgvector: tuple[int, ...] | None = None
+        self._lexical_format_ok = False  # checked once: a later conversion only makes it true
 
     def __str__(self) -> str:
         return self._label
@@ -149,6 +154,8 @@ class PgStore:
                     self._conn = self._connect()
                     # A search stuck behind a lock or a wedged server ends with a line, not a hung request.
                     self._conn.execute(f"SET statement_timeout = {self._read_timeout_ms}")
+                    # A read transaction's queries see one snapshot (BEGIN says so: no extra round trip).
+                    self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
                 if not self._exists:
                     found = self._conn.execute("SELECT to_regclass(%s)", [self._t["meta"]]).fetchone()[0]
                     self._exists = found is not None
@@ -205,7 +212,7 @@ class PgStore:
             ).fetchone()
         if row is None:
             raise StoreError(f"{self}: the meta row is missing; ingest into a new index")
-        if row[0] != FORMAT:
+        if row[0] != FORMAT and row[0] not in _CONVERTED:
             raise StoreError(f"{self}: index format {row[0]} is not {FORMAT}; re-ingest")
         return IndexInfo(*row[1:])
 
@@ -279,22 +286,17 @@ class PgStore:
         counts = Counter(self.analyzer().terms(text))
         if not counts:
             return []
-        t = self._t
         with self._reading() as conn:
             if conn is None:
                 return []
-            with conn.transaction():  # one snapshot for the statistics and the scoring queries
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                stats = conn.execute(
-                    f"SELECT t.term, t.term_id, t.df, m.bm25_docs, m.bm25_tokens FROM {t['terms']} t, {t['meta']} m"
-                    " WHERE t.term = ANY(%s) AND t.df > 0",
-                    [list(counts)],
-                ).fetchall()
-                if not stats:
-                    return []
-                docs, tokens = stats[0][3], stats[0][4]
-                terms = [QueryTerm(term_id, df, counts[term] * idf(df, docs)) for term, term_id, df, _, _ in stats]
-                rows = top_n(conn, t, terms, tokens / max(docs, 1), n, filter)
+            if not self._lexical_format_ok:
+                found = conn.execute(f"SELECT format FROM {self._t['meta']}").fetchone()[0]
+                if found != FORMAT:
+                    raise StoreError(f"{self}: index format {found} keeps its BM25 postings a row each; any "
+                                     f"ingest into it converts it to format {FORMAT} in place (or re-ingest)")
+                self._lexical_format_ok = True
+            with conn.transaction():  # one snapshot (see _reading) for the statistics, postings and chunks
+                rows = top_n(conn, self._t, counts, n, filter)
         return [ScoredChunk(_row_to_chunk(r[:-1]), float(r[-1])) for r in rows]
 
     # ---- writing -------------------------------------------------------------------------------
@@ -331,13 +333,18 @@ class PgStore:
         meta = conn.execute(f"SELECT format, embedder, dim, version FROM {t['meta']} FOR UPDATE").fetchone()
         if meta is None:
             raise StoreError(f"{self}: the meta row is missing; ingest into a new index")
-        if meta[0] != FORMAT:
+        if meta[0] != FORMAT and meta[0] not in _CONVERTED:
             raise StoreError(f"{self}: index format {meta[0]} is not {FORMAT}; re-ingest")
         if (meta[1], meta[2]) != (embedder, dim):
             raise ConfigError(
                 f"{self} was built with embedder {meta[1]} (dim {meta[2]}), not {embedder} (dim {dim}); "
                 "use that embedder or ingest into a new index"
             )
+        if meta[0] in _CONVERTED:  # in this transaction: a failed write leaves the old format whole
+            log.info("%s: converting index format %s to %s", self, meta[0], FORMAT)
+            migrate_postings(conn, t["postings"], t["blocks"], t["chunks"])
+            conn.execute(f"UPDATE {t['meta']} SET format = %s", [FORMAT])
+            conn.execute(f"ANALYZE {t['blocks']}")
         _register_vector(conn, self)
         return meta
 
