@@ -61,13 +61,24 @@ def _exit_now(signum, frame) -> None:
 
 
 def _interrupted() -> NoReturn:
-    """A Ctrl-C reached the top: one line and 130. A second one from here on ends the process at once,
-    silently, instead of cutting the exit short with a traceback."""
+    """A Ctrl-C reached the top: one line and 130, at once. The command's work is committed or rolled back
+    by now (the KeyboardInterrupt unwound its transactions), so the process ends without the interpreter's
+    shutdown, where a second Ctrl-C would find SIGINT's default action restored and kill it (-2), or native
+    threads would be joined."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         StopOnce.said_any = True
         signal.signal(signal.SIGINT, _exit_now)
     err.print("interrupted")
-    sys.exit(130)
+    _end_interrupted()
+
+
+def _end_interrupted() -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say anyway
+            pass
+    os._exit(130)
 
 
 def _run() -> None:
@@ -75,6 +86,8 @@ def _run() -> None:
         code = app(standalone_mode=False)  # returns typer.Exit's code instead of raising it
         if code == 130 and not StopOnce.said_any:  # typer's own answer to a Ctrl-C before a command ran
             err.print("interrupted")
+        if code == 130:  # a command stopped by Ctrl-C has rolled back: end now, as `_interrupted` does
+            _end_interrupted()
         if isinstance(code, int) and code:
             sys.exit(code)
     except typer.Abort:
