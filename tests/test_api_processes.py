@@ -51,20 +51,25 @@ class Service:
         return process
 
     def api(self, *flags: str) -> str:
+        url = self.serve(*flags)
+        self.urls.append(url)
+        return url
+
+    def serve(self, *flags: str, timeout: float = 90) -> str:
+        """`funnel serve` with `flags` on a free port, once /health answers; its URL."""
         port = free_port()
-        self._start("serve", "--port", str(port), *flags)
+        process = self._start("serve", "--port", str(port), *flags)
+        log = self.folder / f"process-{len(self.processes) - 1}.log"
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
+                    return url
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, (self.folder / f"process-{len(self.processes) - 1}.log").read_text()
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
             time.sleep(0.1)
-        self.urls.append(url)
-        return url
 
     def worker(self) -> subprocess.Popen:
         return self._start("worker", "--threads", "1")
@@ -219,19 +224,9 @@ def children_of(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_serve_workers_runs_that_many_processes_on_one_port(service):
-    port = free_port()
     service.env["FUNNEL_JOB_THREADS"] = "1"
-    parent = service._start("serve", "--port", str(port), "--workers", "2")
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline and parent.poll() is None, (service.folder / "process-0.log").read_text()
-        time.sleep(0.2)
+    url = service.serve("--workers", "2")
+    parent = service.processes[-1]
     with httpx.Client(base_url=url, timeout=60) as client:
         upload(client, "default", samples())
         assert {d["status"] for d in wait_done(client, "default", timeout=120)} == {"ready"}
