@@ -4,6 +4,7 @@ ingest takes to become searchable.
 
     python bench/service_throughput.py                       # an embedded PostgreSQL, started and stopped here
     python bench/service_throughput.py --database postgresql://... --processes 1 2 --seconds 10
+    python bench/service_throughput.py --replica 2           # + 2 processes searching a streaming replica
 
 Each configuration: `funnel serve --workers N` (N uvicorn processes sharing the port, each with its job
 threads) over the same database, the samples ingested into a collection of its own, then `--clients`
@@ -37,17 +38,22 @@ QUESTIONS = ["Who is the CEO of Zentara Robotics?", "How many employees does Zen
 
 
 @contextmanager
-def embedded_database():
+def embedded_database(replica: bool):
+    """An embedded PostgreSQL's URL, and a streaming replica's (or None)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from pg_support import PgServer
 
-    root = Path(tempfile.mkdtemp(prefix="funnel-bench-pg-"))
-    server = PgServer(root)
+    roots = [Path(tempfile.mkdtemp(prefix="funnel-bench-pg-")) for _ in range(2)]
+    servers = [PgServer(roots[0])]
     try:
-        yield server.url
+        if replica:
+            servers.append(servers[0].replica(roots[1]))
+        yield servers[0].url, servers[1].url if replica else None
     finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        for server in reversed(servers):
+            server.stop()
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -57,9 +63,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def service(database: str, processes: int, log: Path):
+def service(database: str, processes: int, log: Path, replica: str | None = None):
     port = free_port()
     env = {**os.environ, "FUNNEL_DATABASE": database, "FUNNEL_RERANKER": "none", "FUNNEL_EMBEDDER": "minilm"}
+    if replica:
+        env["FUNNEL_SEARCH_DATABASE"] = replica
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", "--port", str(port), "--workers", str(processes)],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -139,6 +147,15 @@ def workloads(collection: str) -> dict:
     return {"search": search, "ask": ask, "upload": upload}
 
 
+def caught_up(client: httpx.Client, collection: str, timeout: float = 60) -> None:
+    """Wait until searches on the replica no longer say it lags."""
+    deadline = time.monotonic() + timeout
+    while client.post(f"/v1/collections/{collection}/search", json={"query": QUESTIONS[0]}).json()["notes"]:
+        if time.monotonic() > deadline:
+            raise SystemExit("the replica did not catch up")
+        time.sleep(0.1)
+
+
 def searchable_after(client: httpx.Client, collection: str) -> float:
     """Seconds from an upload's 202 to its first appearance in a search."""
     marker = f"zebracorn{time.monotonic_ns()}"
@@ -152,16 +169,20 @@ def searchable_after(client: httpx.Client, collection: str) -> float:
         time.sleep(0.02)
 
 
-def measure(database: str, processes: int, clients: int, seconds: float, out: Path) -> dict:
-    collection = f"bench{processes}"
-    with service(database, processes, out / f"serve-{processes}.log") as url, \
+def measure(database: str, processes: int, clients: int, seconds: float, out: Path,
+            replica: str | None = None) -> dict:
+    collection = f"bench{processes}" + ("r" if replica else "")
+    with service(database, processes, out / f"serve-{collection}.log", replica) as url, \
             httpx.Client(base_url=url, timeout=120) as client:
         for name in (collection, f"{collection}-up"):
             client.post("/v1/collections", json={"name": name})
         files = [("file", (p.name, p.read_bytes())) for p in sorted(SAMPLES.iterdir())]
         client.post(f"/v1/collections/{collection}/documents", files=files)
         wait_ready(client, collection)
-        row = {"processes": processes, "searchable_s": searchable_after(client, collection)}
+        if replica:
+            caught_up(client, collection)
+        label = f"{processes}, searching a replica" if replica else str(processes)
+        row = {"processes": label, "searchable_s": searchable_after(client, collection)}
         for name, request in workloads(collection).items():
             row[name] = load(url, clients, seconds, request)
         started = time.monotonic()
@@ -176,11 +197,17 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="*", default=[1, 2, 4])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--replica", type=int, nargs="*", default=[],
+                        help="also these process counts with searches on a streaming replica (embedded only)")
     parser.add_argument("--out", type=Path, default=Path("eval-out/service"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    with (embedded_database() if args.database is None else _given(args.database)) as database:
+    if args.replica and args.database:
+        parser.error("--replica starts a replica of the embedded database: drop --database")
+    with (embedded_database(bool(args.replica)) if args.database is None else _given(args.database)) as (database,
+                                                                                                     replica):
         rows = [measure(database, n, args.clients, args.seconds, args.out) for n in args.processes]
+        rows += [measure(database, n, args.clients, args.seconds, args.out, replica) for n in args.replica]
     print(f"machine: {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, Python "
           f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {args.clients} clients, {args.seconds:g} s each")
     print("| processes | search req/s (p50 / p95 ms) | ask req/s (p50 / p95 ms) | upload req/s (p50 / p95 ms) | "
@@ -194,7 +221,7 @@ def main() -> None:
 
 @contextmanager
 def _given(url: str):
-    yield url
+    yield url, None
 
 
 if __name__ == "__main__":

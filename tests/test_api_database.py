@@ -87,7 +87,8 @@ def test_the_database_url_never_shows_its_password(pg_dsn, tmp_path):
     app = create_app(settings(pg_dsn, tmp_path))
     with servers(app) as (client,):
         health = client.get("/health").text
-        assert "pg-test-pw-4711" not in health
+        assert "pg-test-pw-4711" not in health and "postgres:" not in health  # neither password nor user
+        assert json.loads(health)["database"] == "postgresql://127.0.0.1:" + pg_dsn.rsplit(":", 1)[1]
     app.state.library.close()
 
 

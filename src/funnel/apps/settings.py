@@ -66,6 +66,10 @@ class _Settings(BaseSettings):
         None, description="serve/worker: keep all service state in this PostgreSQL (postgresql://...), shared "
                           "by every process; unset: embedded under data_dir"
     )
+    search_database: SecretStr | None = Field(
+        None, description="serve: a streaming read replica of `database` where searches read the collection "
+                          "indexes (everything else stays on `database`)"
+    )
     job_threads: int = Field(
         2, ge=0, le=64, description="serve: threads running ingest and calibration jobs (0: `funnel worker` does)"
     )
@@ -80,7 +84,7 @@ class _Settings(BaseSettings):
         default_factory=list, description='serve: origins allowed by CORS, e.g. ["http://localhost:5173"]'
     )
 
-    @field_validator("database")
+    @field_validator("database", "search_database")
     @classmethod
     def _database_url(cls, value):
         if value is not None and value.get_secret_value().split("://", 1)[0] not in ("postgresql", "postgres"):

@@ -24,6 +24,7 @@ from pathlib import Path
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.home import Place
 from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.api.replica import ReplicaReads, on_primary
 from funnel.apps.api.uploads import Upload, check
 from funnel.apps.state.jobs import Job, Lease, Permanent, Queue
 from funnel.embed.base import Embedder
@@ -99,9 +100,10 @@ class Collection:
     def __init__(self, name: str, place: Place, services: Services, queue: Queue):
         self.name = name
         self.store, self.registry, self.files = place.store, place.registry, place.files
+        self._replica = ReplicaReads(place.reader) if place.reader is not None else None
         self._services = services
         self._queue = queue
-        self._pipeline: Pipeline | None = None
+        self._pipelines: dict[int, Pipeline] = {}  # by id of the store: the primary's, the replica's
         self._pipeline_lock = threading.Lock()
         self._names_lock = threading.Lock()  # upload names are claimed one request at a time
         self._closed = False
@@ -125,14 +127,18 @@ class Collection:
 
     @property
     def pipeline(self) -> Pipeline:
+        """The pipeline on the collection's index (on the primary, where there is a replica)."""
+        return self._pipeline_on(self.store)
+
+    def _pipeline_on(self, store) -> Pipeline:
         # Built on first use: building it reads the embedder's window, which loads the model.
         with self._pipeline_lock:
-            if self._pipeline is None:
+            if id(store) not in self._pipelines:
                 s = self._services
-                self._pipeline = Pipeline(
-                    self.store, s.embedder, s.reranker, s.generator, s.config, s.max_tokens
+                self._pipelines[id(store)] = Pipeline(
+                    store, s.embedder, s.reranker, s.generator, s.config, s.max_tokens
                 )
-            return self._pipeline
+            return self._pipelines[id(store)]
 
     @property
     def pending(self) -> int:
@@ -195,7 +201,13 @@ class Collection:
             waiting = self.pending
             more = f"; {waiting} upload(s) still being ingested" if waiting else ": upload documents first"
             raise Conflict(f"collection {self.name!r} has no indexed documents yet{more}")
-        return self._without_deleted(self.pipeline.search(query, k=k, policy=policy))
+        if self._replica is None:
+            return self._without_deleted(self.pipeline.search(query, k=k, policy=policy))
+        result, why = self._replica.search(
+            lambda store: self._pipeline_on(store).search(query, k=k, policy=policy), info.version)
+        if result is None:
+            result = on_primary(self.pipeline.search(query, k=k, policy=policy), why)
+        return self._without_deleted(result)
 
     def _without_deleted(self, result: SearchResult) -> SearchResult:
         """The result without documents deleted whose chunks still wait to leave the index."""

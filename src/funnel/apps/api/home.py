@@ -67,6 +67,7 @@ class Place:
     store: Store
     registry: Registry
     files: Files
+    reader: Store | None = None  # the index on a read replica, for searches (`search_database`)
 
 
 class Home(Protocol):

@@ -231,6 +231,9 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
     `settings.database` when not given), shared by every process, or folders under `settings.data_dir`.
     `workers`: job threads (default: the setting)."""
     threads = settings.job_threads if workers is None else workers
+    if settings.database is None and settings.search_database is not None:
+        raise ConfigError("search_database is a read replica of the service database: set database "
+                          "(--database or FUNNEL_DATABASE) too")
     if settings.database is None:
         from funnel.apps.api.home import EmbeddedHome
 
@@ -241,7 +244,8 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
     from funnel.apps.state.pg_jobs import PgJobs
 
     db = db if db is not None else open_database(settings)
-    return Library(PgHome(db), services, PgJobs(db), workers=threads, lease_s=settings.job_lease_s)
+    replica = settings.search_database.get_secret_value() if settings.search_database else None
+    return Library(PgHome(db, replica), services, PgJobs(db), workers=threads, lease_s=settings.job_lease_s)
 
 
 def open_database(settings):

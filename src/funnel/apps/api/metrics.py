@@ -95,9 +95,18 @@ def health(request: Request) -> dict:
         # What the second stage does on each collection (the `auto` policy) and why.
         "calibration": state.library.calibrations(),
         "auth": state.settings.api_key is not None,
+        # Where the state is and where searches read the indexes (no user or password).
+        "database": _label(state.settings.database),
+        "search_database": _label(state.settings.search_database),
         # Folders kept in sync (`funnel serve --watch`): when each last synced, what changed, the last error.
         "watched": state.watched.statuses(),
     }
+
+
+def _label(url) -> str | None:
+    from funnel.apps.state.db import url_label
+
+    return url_label(url.get_secret_value()) if url is not None else None
 
 
 @router.get("/metrics")

@@ -20,7 +20,7 @@ from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload
 from funnel.apps.state.db import Database
 from funnel.apps.state.tables import ComponentTables
-from funnel.errors import NotFound
+from funnel.errors import ConfigError, NotFound
 from funnel.index.base import Store
 
 MIGRATIONS = [
@@ -40,9 +40,19 @@ _FIELDS = {f.name for f in dataclasses.fields(DocumentRecord)}
 class PgHome:
     shared = True
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, search_url: str | None = None):
         # Tables made on first use: a server starts while the database is down and recovers when it is back.
+        # `search_url`: a read replica of `db` where the collection indexes are searched (`replica`).
         self.db = db
+        self.search_url = search_url
+        if search_url is not None:
+            import psycopg
+
+            try:
+                psycopg.conninfo.conninfo_to_dict(search_url)
+            except psycopg.ProgrammingError:
+                raise ConfigError("search_database is not a PostgreSQL connection string (a % in a password "
+                                  "is written %25)") from None
         self.tables = ComponentTables(db, "collections", MIGRATIONS)
 
     def names(self) -> set[str]:
@@ -74,7 +84,12 @@ class PgHome:
         return f"fc{row[0]}"
 
     def place(self, name: str) -> Place:
-        return Place(self.index_only(name), PgRegistry(self.tables, name), PgFiles(self.tables, name))
+        from funnel.index.postgres import PgStore
+
+        prefix = self._prefix(name)
+        reader = PgStore(self.search_url, table_prefix=prefix) if self.search_url else None
+        return Place(PgStore(self.db.url, table_prefix=prefix), PgRegistry(self.tables, name),
+                     PgFiles(self.tables, name), reader)
 
     def index_only(self, name: str) -> Store:
         from funnel.index.postgres import PgStore

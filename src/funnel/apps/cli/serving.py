@@ -30,6 +30,9 @@ def serve(
         Optional[str], typer.Option(help="the watched folder's collection [default: the folder's name]")
     ] = None,
     database: Annotated[Optional[str], typer.Option(help=DATABASE_HELP)] = None,
+    search_database: Annotated[Optional[str], typer.Option(
+        help="a streaming read replica of --database, where searches read the indexes [env FUNNEL_SEARCH_DATABASE]"
+    )] = None,
     workers: Annotated[int, typer.Option(help="HTTP processes sharing the port (needs --database)", min=1, max=64)] = 1,
 ) -> None:
     """Serve the HTTP API and web page: collections, upload, search, ask (SSE), rerank; docs at /docs.
@@ -40,7 +43,8 @@ def serve(
     from funnel.apps.api import create_app
     from funnel.apps.api.watched import watch_specs
 
-    flags = {"reranker": reranker, "data_dir": data_dir, "embedder": embedder, "llm": llm, "database": database}
+    flags = {"reranker": reranker, "data_dir": data_dir, "embedder": embedder, "llm": llm, "database": database,
+             "search_database": search_database}
     settings = settings_from(**flags)
     specs = watch_specs(watch or [], watch_collection)
     if workers > 1:
@@ -68,9 +72,12 @@ def state_label(settings) -> str:
     """Where the service keeps its state, without a password."""
     if settings.database is None:
         return str(settings.data_dir)
-    from funnel.apps.state.db import Database
+    from funnel.apps.state.db import url_label
 
-    return Database(settings.database.get_secret_value()).label
+    label = url_label(settings.database.get_secret_value())
+    if settings.search_database is not None:
+        label += f", searches on the replica {url_label(settings.search_database.get_secret_value())}"
+    return label
 
 
 def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, watching: bool) -> None:

@@ -45,6 +45,16 @@ def is_database_url(text: str | None) -> bool:
     return bool(text) and text.split("://", 1)[0] in ("postgresql", "postgres")
 
 
+def url_label(url: str) -> str:
+    """postgresql://host:port/dbname: where a URL points, without its user or password."""
+    psycopg, _ = _psycopg()
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(a connection string that does not parse)"
+    return f"postgresql://{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+
+
 class Database:
     """A pool of connections (autocommit; a `transaction()` opens one explicitly) to the database at `url`.
 
@@ -59,8 +69,7 @@ class Database:
             raise ConfigError("the database is not a PostgreSQL connection string (a % in a password is "
                               "written %25)") from None
         self._password = params.get("password") or None
-        host = params.get("host") or "localhost"
-        self.label = f"postgresql://{host}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+        self.label = url_label(url)
         self.url = url
         kwargs = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1,
                   "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
