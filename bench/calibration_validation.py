@@ -44,8 +44,10 @@ OPTIONS = {  # calibration option -> eval variant
 }
 
 
-def run_set(name: str, path: Path, out: Path, limit: int | None, reranker: str) -> dict:
-    variants = ",".join([*OPTIONS.values(), "default"])
+def run_set(name: str, path: Path, out: Path, limit: int | None, reranker: str,
+            variants: list[str] | None = None) -> dict:
+    """`funnel eval` of the set's test split (every option plus `default` unless `variants`), in out/name."""
+    variants = ",".join(variants or [*OPTIONS.values(), "default"])
     cmd = [sys.executable, "-c", "from funnel.apps.cli import run; run()", "eval", "--dataset", str(path), "--split", "test",
            "--variants", variants, "--out", str(out / name), "--reranker", reranker]
     if limit:
