@@ -117,6 +117,25 @@ def test_a_replica_that_is_down_leaves_searches_to_the_primary_until_it_is_back(
     app.state.library.close()
 
 
+def test_a_request_error_on_the_replica_is_the_users_and_does_not_mark_the_replica_down(tmp_path):
+    from funnel.embed import load_embedder
+    from funnel.index.lance import LanceStore
+    from funnel.pipeline import Pipeline
+
+    (tmp_path / "note.txt").write_text("The harbour pilot answers the radio at night.")
+    pipeline = Pipeline(LanceStore(tmp_path / "index"), load_embedder("hashing"))
+    pipeline.ingest([tmp_path / "note.txt"])
+    reads = replica_module.ReplicaReads(pipeline.store)  # any Store stands for the replica's copy here
+
+    def refused(_store):
+        raise ConfigError("the query is empty")
+
+    with pytest.raises(ConfigError, match="the query is empty"):
+        reads.search(refused, 1)
+    result, why = reads.search(lambda store: Pipeline(store, load_embedder("hashing")).search("harbour pilot"), 1)
+    assert why == "" and result.documents and result.notes == ()  # not skipped as "failed recently"
+
+
 def test_a_replica_without_a_service_database_is_refused_in_one_line(tmp_path):
     settings = Settings(embedder="hashing", reranker="none", search_database="postgresql://replica.internal/db",
                         data_dir=tmp_path)

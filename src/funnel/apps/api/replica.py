@@ -5,7 +5,8 @@ write) stays on the primary.
 A replica lags its primary by the replay delay, so a search there may miss what was committed a moment
 ago: the result says so in a note when the replica's index version is behind the primary's. A replica that
 cannot answer (down, no copy of the index yet, a query it refuses) is not an error for the user: the search
-runs on the primary, with a note, and the replica is tried again after `RETRY_S`.
+runs on the primary, with a note, and the replica is tried again after `RETRY_S`. A request's own error (an
+empty query, another embedder's index) is raised as it is, and says nothing about the replica.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from dataclasses import replace
 
-from funnel.errors import FunnelError
+from funnel.errors import StoreError
 from funnel.index.base import Store
 from funnel.types import SearchResult
 
@@ -45,7 +46,7 @@ class ReplicaReads:
             if info is None:
                 return None, "the search replica has no copy of this index yet"
             result = run(self.store)
-        except FunnelError as e:
+        except StoreError as e:  # the replica's failing; a request's own error (ConfigError) is the user's
             with self._lock:
                 self._retry_at = time.monotonic() + RETRY_S
             log.warning("search replica %s failed, searching the primary for %g s: %s", self.store, RETRY_S, e)
