@@ -9,7 +9,7 @@ import numpy as np
 from funnel.errors import StoreError
 from funnel.index.base import Filter
 from funnel.index.bm25_text import Analyzer, lexical_text
-from funnel.index import postgres_blocks
+from funnel.index import postgres_blocks  # KEY_BITS read at call time: tests shrink it
 from funnel.index.postgres_blocks import BlockWriter, create_blocks_table
 from funnel.types import Chunk
 

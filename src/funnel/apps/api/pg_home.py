@@ -18,9 +18,9 @@ from funnel.apps.api.errors import Conflict
 from funnel.apps.api.home import Place
 from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import Upload
-from funnel.apps.state.db import Database
+from funnel.apps.state.db import Database, url_params
 from funnel.apps.state.tables import ComponentTables
-from funnel.errors import ConfigError, NotFound
+from funnel.errors import NotFound
 from funnel.index.base import Store
 
 MIGRATIONS = [
@@ -46,13 +46,7 @@ class PgHome:
         self.db = db
         self.search_url = search_url
         if search_url is not None:
-            import psycopg
-
-            try:
-                psycopg.conninfo.conninfo_to_dict(search_url)
-            except psycopg.ProgrammingError:
-                raise ConfigError("search_database is not a PostgreSQL connection string (a % in a password "
-                                  "is written %25)") from None
+            url_params(search_url, "search_database")  # a bad one is refused at start, not at the first search
         self.tables = ComponentTables(db, "collections", MIGRATIONS)
 
     def names(self) -> set[str]:

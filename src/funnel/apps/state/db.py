@@ -45,14 +45,27 @@ def is_database_url(text: str | None) -> bool:
     return bool(text) and text.split("://", 1)[0] in ("postgresql", "postgres")
 
 
-def url_label(url: str) -> str:
-    """postgresql://host:port/dbname: where a URL points, without its user or password."""
+def url_params(url: str, what: str = "the database") -> dict:
+    """A connection string's parameters; ConfigError naming `what` (never the string, which may hold a
+    password) when it does not parse."""
     psycopg, _ = _psycopg()
     try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
+        return psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
-        return "postgresql://(a connection string that does not parse)"
+        raise ConfigError(f"{what} is not a PostgreSQL connection string (a % in a password is "
+                          "written %25)") from None
+
+
+def _label(params: dict) -> str:
     return f"postgresql://{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+
+
+def url_label(url: str) -> str:
+    """postgresql://host:port/dbname: where a URL points, without its user or password."""
+    try:
+        return _label(url_params(url))
+    except ConfigError:
+        return "postgresql://(a connection string that does not parse)"
 
 
 class Database:
@@ -62,14 +75,10 @@ class Database:
     reason) while the database is down, and recovers without a restart once it is back."""
 
     def __init__(self, url: str, max_size: int = 8):
-        psycopg, pool = _psycopg()
-        try:
-            params = psycopg.conninfo.conninfo_to_dict(url)
-        except psycopg.ProgrammingError:
-            raise ConfigError("the database is not a PostgreSQL connection string (a % in a password is "
-                              "written %25)") from None
+        _, pool = _psycopg()
+        params = url_params(url)
         self._password = params.get("password") or None
-        self.label = url_label(url)
+        self.label = _label(params)
         self.url = url
         kwargs = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1,
                   "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
