@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -45,15 +46,20 @@ OPTIONS = {  # calibration option -> eval variant
 
 
 def run_set(name: str, path: Path, out: Path, limit: int | None, reranker: str,
-            variants: list[str] | None = None) -> dict:
-    """`funnel eval` of the set's test split (every option plus `default` unless `variants`), in out/name."""
+            variants: list[str] | None = None, budget: str | None = None) -> dict:
+    """`funnel eval` of the set's test split (every option plus `default` unless `variants`), in out/name;
+    `budget` "DEPTH/TOKENS" sets the rerank depth and pair length (unset: the product's defaults)."""
     variants = ",".join(variants or [*OPTIONS.values(), "default"])
     cmd = [sys.executable, "-c", "from funnel.apps.cli import run; run()", "eval", "--dataset", str(path), "--split", "test",
            "--variants", variants, "--out", str(out / name), "--reranker", reranker]
     if limit:
         cmd += ["--limit", str(limit)]
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = dict(os.environ)
+    if budget:
+        depth, tokens = budget.split("/")
+        env.update(FUNNEL_RERANK_DEPTH=depth, FUNNEL_RERANK_MAX_TOKENS=tokens)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{name}: funnel eval failed: {done.stderr.strip().splitlines()[-1:]}")
     results = json.loads((out / name / "results.json").read_text())

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibration_validation import OPTIONS, SETS, run_set  # noqa: E402
 
 
-def run(name: str, model: str, out: Path, limit: int | None) -> dict:
+def run(name: str, model: str, out: Path, limit: int | None, budget: str | None) -> dict:
     return run_set(name, SETS[name], out / model.replace(":", "_").replace("/", "_"), limit, model,
-                   variants=list(OPTIONS.values()))
+                   variants=list(OPTIONS.values()), budget=budget)
 
 
 def cell(results: dict, variant: str) -> str:
@@ -37,12 +37,14 @@ def main() -> None:
                         help="a reranker spec: builtin, onnx:DIR (repeatable)")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("eval-out/lodo"))
+    parser.add_argument("--budget", default=None,
+                        help="rerank DEPTH/TOKENS (default: the product's); the 2026-12-02 table used 25/256")
     args = parser.parse_args()
     print(f"| set | reranker | {' | '.join(OPTIONS)} | eval s |")
     print("|---|---|" + "---|" * (len(OPTIONS) + 1))
     for name in args.sets:
         for model in args.models:
-            results = run(name, model, args.out, args.limit)
+            results = run(name, model, args.out, args.limit, args.budget)
             cells = " | ".join(cell(results, v) for v in OPTIONS.values())
             print(f"| {name} | {model} | {cells} | {results['seconds']:.0f} |", flush=True)
 

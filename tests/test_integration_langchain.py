@@ -110,7 +110,7 @@ def test_retriever_bad_input_is_a_value_error_with_funnels_message(index, tmp_pa
 
 def test_reranker_defaults_to_the_int8_builtin_on_plain_documents():
     reranker = FunnelReranker()
-    assert reranker.second_stage.reranker.name == "funnel-reranker-minilm-int8"
+    assert reranker.second_stage.reranker.name == "funnel-reranker-minilm-int8@192"
     assert reranker.second_stage.policy == GuaranteedSlots(g=2)
     texts = ["The weather is mild in spring.", "Bananas are yellow.", "Paris is the capital of France.",
              "Iris Kallas is the CEO of Zentara Robotics.", "Tea is brewed with hot water."]

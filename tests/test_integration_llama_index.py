@@ -139,7 +139,7 @@ def test_postprocessor_reranks_another_retrievers_nodes_in_a_query_engine(vector
 
 def test_postprocessor_defaults_and_fallback():
     post = FunnelPostprocessor()
-    assert post.second_stage.reranker.name == "funnel-reranker-minilm-int8"
+    assert post.second_stage.reranker.name == "funnel-reranker-minilm-int8@192"
     assert post.second_stage.policy == GuaranteedSlots(g=2) and post.top_n == 3
     nodes = [NodeWithScore(node=TextNode(text=f"text {i}", id_=f"n{i}"), score=1 - i / 10) for i in range(5)]
     for reranker, reason in ((FailingReranker(ValueError("bad scores")), "ValueError: bad scores"),

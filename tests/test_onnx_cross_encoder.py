@@ -282,3 +282,14 @@ def test_builtin_prefers_relevant_abstract(builtin: OnnxCrossEncoder) -> None:
     )
     scores = builtin.rerank(query, _candidates([irrelevant, relevant])).scores
     assert scores[1] > scores[0]
+
+
+def test_a_window_other_than_the_model_own_is_part_of_the_name(tiny: tuple[Path, dict]) -> None:
+    # A score depends on the window, so the rerank cache and a stored calibration must tell them apart.
+    out, _ = tiny
+    own = OnnxCrossEncoder(out, quantized=False, threads=1)
+    assert (own.name, own.max_length) == ("tiny-ce", 32)  # the model's max_length from funnel_model.json
+    shorter = OnnxCrossEncoder(out, quantized=False, max_length=16, threads=1)
+    assert shorter.name == "tiny-ce@16"
+    long_text = _words(10, 30)
+    assert own.rerank("w1", _candidates([long_text])).raw_scores != shorter.rerank("w1", _candidates([long_text])).raw_scores

@@ -206,3 +206,29 @@ def test_search_config_and_settings_take_their_policy_parameters_from_the_core()
     assert (built.first_stage.rrf_k, built.rerank_rrf_k, built.guaranteed, built.rerank_weight) == (10, 30, 4, 0.5)
     with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
         SearchConfig(guaranteed=-1)
+
+
+class _Recording(ScriptedReranker):
+    def rerank(self, query, candidates):
+        self.seen = [c.chunk.doc_id for c in candidates]
+        return super().rerank(query, candidates)
+
+
+@pytest.mark.parametrize("policy", [RerankPolicy.REPLACE, Rrf(weight=1.0), GuaranteedSlots(1)])
+def test_a_rerank_depth_scores_only_the_window_top_and_keeps_the_rest_below_in_first_stage_order(policy):
+    cands = candidates(["a", "b", "c", "d", "e"])
+    reranker = _Recording({"a": 0.1, "b": 0.2, "c": 0.9, "d": 1.0, "e": 1.0})
+    result = second_stage("q", cands, reranker, policy, depth=3)
+    assert reranker.seen == ["a", "b", "c"]  # d and e never reach the model
+    assert order(result)[3:] == ["d", "e"]  # however high the model would have scored them
+    assert sorted(order(result)[:3]) == ["a", "b", "c"]
+    assert [h.rerank_score is None for h in result.hits] == [False, False, False, True, True]
+    assert [h.final_rank for h in result.hits] == [1, 2, 3, 4, 5]
+    full = second_stage("q", cands, reranker, policy, depth=None)
+    assert reranker.seen == ["a", "b", "c", "d", "e"]
+    assert order(second_stage("q", cands, reranker, policy, depth=10)) == order(full)
+
+
+def test_a_rerank_depth_below_one_is_refused():
+    with pytest.raises(ConfigError, match="rerank depth"):
+        second_stage("q", candidates(["a"]), ScriptedReranker({"a": 1.0}), RerankPolicy.REPLACE, depth=0)

@@ -36,7 +36,7 @@ from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import RerankPolicy, ordered
 from funnel.retrieve.first_stage import FirstStageConfig, first_stage, retrieve
 from funnel.types import Chunk
 
@@ -339,16 +339,17 @@ def _measure(
                                  max_per_document=config.chunks_per_document)
             in_window += any(c.chunk.chunk_id in query.relevant for c in window)
             try:
-                scores = list(reranker.rerank(query.text, window).scores) if window else []
+                scored = window[: config.rerank_depth]
+                scores = list(reranker.rerank(query.text, scored).scores) if scored else []
             except Exception as e:  # a server down or a broken model: nothing is stored, the old choice stays
                 raise BackendUnavailable(f"calibration stopped: {reranker.name} failed ({type(e).__name__}: "
                                          f"{str(e)[:200]}); the previous calibration is kept") from e
-            if len(scores) != len(window) or not all(np.isfinite(scores)):
+            if len(scores) != len(scored) or not all(np.isfinite(scores)):
                 raise BackendUnavailable(f"calibration stopped: {reranker.name} returned {len(scores)} scores "
-                                         f"for {len(window)} candidates or a non-finite one; the previous "
+                                         f"for {len(scored)} candidates or a non-finite one; the previous "
                                          "calibration is kept")
             for name, policy in policies.items():
-                hits = policy.order(window, scores)
+                hits = ordered(policy, window, scores)
                 rr[name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
             if progress:
                 progress(done, len(queries))

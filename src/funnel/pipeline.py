@@ -21,7 +21,7 @@ from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import (
-    FirstStageOnly, Policy, PolicyParams, RerankPolicy, Rrf, SecondStageResult, second_stage,
+    RERANK_DEPTH, FirstStageOnly, Policy, PolicyParams, RerankPolicy, Rrf, SecondStageResult, second_stage,
 )
 from funnel.retrieve.first_stage import FirstStageConfig, Ranking, Retrieval, fuse, fuse_rankings, retrieve
 from funnel.types import Answer, Candidate, DocumentHit, Hit, SearchResult
@@ -37,6 +37,7 @@ class SearchConfig(PolicyParams):
 
     k: int = 5  # documents returned
     candidates: int = 25  # chunks handed to the second stage (over-fetch)
+    rerank_depth: int | None = RERANK_DEPTH  # the window's top chunks the reranker scores (None: all)
     first_stage: FirstStageConfig = field(default_factory=FirstStageConfig)
     policy: RerankPolicy = RerankPolicy.AUTO  # auto: the index's calibration decides (funnel.calibrate)
     rerank_timeout_s: float | None = 30.0
@@ -47,6 +48,8 @@ class SearchConfig(PolicyParams):
             raise ConfigError(f"k must be at least 1, got {self.k}")
         if self.candidates < 1:
             raise ConfigError(f"candidates must be at least 1, got {self.candidates}")
+        if self.rerank_depth is not None and self.rerank_depth < 1:
+            raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
         super().__post_init__()
 
 
@@ -253,7 +256,8 @@ class Pipeline:
     def second_stage(self, request: SearchRequest, candidates: list[Candidate]) -> SecondStageResult:
         """The reranker under the request's policy, or the first-stage order on any failure."""
         return second_stage(
-            request.query, candidates, self.reranker, request.policy.policy, timeout_s=self.config.rerank_timeout_s
+            request.query, candidates, self.reranker, request.policy.policy, timeout_s=self.config.rerank_timeout_s,
+            depth=self.config.rerank_depth,
         )
 
     def group(self, request: SearchRequest, hits: list[Hit]) -> list[DocumentHit]:

@@ -26,7 +26,8 @@ def reranker_from_settings(settings: Settings) -> Reranker | None:
     query, `ask` after `search` or another eval variant never scores a pair twice)."""
     key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
     reranker = rerank.load(
-        settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s
+        settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s,
+        max_length=settings.rerank_max_tokens,
     )
     return CachedReranker(reranker) if reranker is not None else None
 
@@ -44,6 +45,7 @@ def search_config(settings: Settings) -> SearchConfig:
     return SearchConfig(
         k=settings.k,
         candidates=settings.candidates,
+        rerank_depth=settings.rerank_depth,
         first_stage=FirstStageConfig(
             retrieval=settings.retrieval,
             per_retriever=settings.per_retriever,

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from funnel import embed, generate, rerank
 from funnel.errors import ConfigError
-from funnel.rerank.policies import PolicyParams, RerankPolicy
+from funnel.rerank.policies import RERANK_DEPTH, PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
 
 
@@ -27,6 +27,15 @@ class _Settings(BaseSettings):
     threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
     k: int = Field(5, ge=1, le=1000, description="documents returned")
     candidates: int = Field(25, ge=1, le=1000, description="chunks handed to the second stage")
+    rerank_depth: int = Field(
+        RERANK_DEPTH, ge=1, le=1000,
+        description="the window's top chunks the reranker scores; the rest keep first-stage order below them",
+    )
+    rerank_max_tokens: int | None = Field(
+        None, ge=16, le=512,
+        description="longest (query, passage) pair an ONNX or sentence-transformers cross-encoder scores, in "
+                    "tokens (default: the model's own); the passage is cut to fit",
+    )
     # The core dataclasses hold the defaults; a setting names one and checks its range.
     per_retriever: int = Field(
         FirstStageConfig.per_retriever, ge=1, le=10000, description="top-N from each of dense and BM25"

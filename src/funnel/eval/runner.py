@@ -18,7 +18,7 @@ from funnel.eval.variants import Variant
 from funnel.generate.base import Generator
 from funnel.generate.context import with_continuations
 from funnel.pipeline import Pipeline, SearchRequest
-from funnel.rerank.policies import Policy, RerankPolicy, Rrf, SecondStageResult, identity
+from funnel.rerank.policies import Policy, RerankPolicy, Rrf, SecondStageResult, identity, ordered
 from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Candidate, Hit, RerankStatus, SearchResult
 
@@ -198,8 +198,8 @@ def _run_variant(
         result = shared.reranked[v.retrieval]
         status = result.status
         if status is RerankStatus.OK:
-            by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits}
-            head_hits = policy.order(head, [by_id[c.chunk.chunk_id] for c in head])
+            by_id = {h.chunk.chunk_id: h.rerank_score for h in result.hits if h.rerank_score is not None}
+            head_hits = ordered(policy, head, [by_id[c.chunk.chunk_id] for c in head[: len(by_id)]])
         else:
             run.fallbacks[result.reason] += 1
             head_hits = identity(head)

@@ -16,25 +16,29 @@ REGISTRY = Registry("reranker", group="funnel.rerankers", none=True)
 HTTP_APIS = ("ollama", "cohere", "tei", "infinity")  # funnel.rerank.http.RerankApi's values (checked there)
 
 
+# `max_length` (the rerank_max_tokens setting): the longest pair a local cross-encoder scores; None: the
+# model's own.
+
+
 @REGISTRY.register("builtin")
-def _builtin(_: str, **__):
+def _builtin(_: str, *, max_length: int | None = None, **__):
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
-    return OnnxCrossEncoder(builtin_model_dir())
+    return OnnxCrossEncoder(builtin_model_dir(), max_length=max_length)
 
 
 @REGISTRY.register("onnx:DIR")
-def _onnx(model_dir: str, **_):
+def _onnx(model_dir: str, *, max_length: int | None = None, **_):
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
 
-    return OnnxCrossEncoder(model_dir)
+    return OnnxCrossEncoder(model_dir, max_length=max_length)
 
 
 @REGISTRY.register("st:MODEL")
-def _sentence_transformers(model: str, **_):
+def _sentence_transformers(model: str, *, max_length: int | None = None, **_):
     from funnel.rerank.cross_encoder import CrossEncoderReranker
 
-    return CrossEncoderReranker(model)
+    return CrossEncoderReranker(model, max_length=max_length or 256)
 
 
 @REGISTRY.register("lexical")

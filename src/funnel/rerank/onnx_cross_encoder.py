@@ -24,6 +24,9 @@ from funnel.onnx.runtime import OnnxModel, default_threads
 from funnel.types import Candidate, RerankResult
 
 BUILTIN_NAME = "funnel-reranker-minilm"
+# The longest pair scored unless a max_length is given (the model's own when that is shorter): the tail of a
+# long passage cut, for about a third less work per pair (see policies.RERANK_DEPTH for the measurements).
+RERANK_MAX_TOKENS = 192
 BUILTIN_DIR_ENV = "FUNNEL_RERANKER_DIR"
 # Package data beside this module, so a plain `pip install funnel` has the default reranker too.
 _PACKAGED_MODELS = Path(__file__).resolve().parent / "models"
@@ -52,7 +55,7 @@ class OnnxCrossEncoder(OnnxModel):
         self,
         model_dir: str | Path,
         quantized: bool = True,
-        max_length: int = 256,
+        max_length: int | None = None,
         batch_size: int = 16,
         threads: int | None = None,
     ):
@@ -63,6 +66,8 @@ class OnnxCrossEncoder(OnnxModel):
                 f"{self.model_dir} is not a cross-encoder (head {meta.get('head')!r}, expected "
                 f"{layout.CROSS_ENCODER_HEAD!r})"
             )
+        own_length = int(meta.get("max_length", 256))
+        max_length = min(own_length, RERANK_MAX_TOKENS) if max_length is None else max_length
         if max_length < 8:
             raise ConfigError(f"max_length must be at least 8 tokens, got {max_length}")
         self.quantized = quantized
@@ -75,7 +80,10 @@ class OnnxCrossEncoder(OnnxModel):
                     f"cross-encoder file missing: {path} (rebuild with python -m funnel.onnx.build "
                     "--cross-encoder, or use quantized=True where only the int8 model is shipped)"
                 )
-        self.name: str = meta["name"] + ("-int8" if quantized else "")
+        # Scores depend on the window, so a non-default one is part of the name (rerank cache, calibration).
+        self.name: str = meta["name"] + ("-int8" if quantized else "") + (
+            f"@{max_length}" if max_length != own_length else ""
+        )
         self.max_length = max_length
         self.batch_size = max(1, batch_size)
         self.threads = threads or default_threads()

@@ -32,6 +32,13 @@ from funnel.types import Candidate, Hit, RerankResult, RerankStatus
 
 log = logging.getLogger(__name__)
 
+# The window's top chunks the reranker scores by default; the rest keep their first-stage order below them.
+# 15 of the 25, with pairs cut to 192 tokens (onnx_cross_encoder.RERANK_MAX_TOKENS): half the rerank time,
+# for 0.000-0.008 nDCG@10 (n.s.) on the built-in reranker's training domains; on four domains it never saw,
+# the options that trust it most lose less (rrf:1 +0.035 on CACM) and the gentlest moves -0.023..+0.018 (n.s.)
+# (BENCHMARKS.md, "Rerank depth and pair length").
+RERANK_DEPTH = 15
+
 
 class RerankPolicy(Choice):
     NONE = "none"
@@ -151,25 +158,38 @@ def second_stage(
     reranker: Reranker | None,
     policy: Policy | RerankPolicy,
     timeout_s: float | None = 30.0,
+    depth: int | None = None,
 ) -> SecondStageResult:
     """The reranker's scores under `policy`, or the first-stage order on any failure. A policy's name
-    stands for its object with the default parameters."""
+    stands for its object with the default parameters. Only the first `depth` candidates are scored (None:
+    all); the rest follow them in first-stage order (`ordered`)."""
     if isinstance(policy, RerankPolicy):
         policy = PolicyParams().policy_of(policy)
     if isinstance(policy, FirstStageOnly) or reranker is None or not candidates:
         reason = "policy none" if isinstance(policy, FirstStageOnly) else "no reranker configured"
         return SecondStageResult(identity(candidates), RerankStatus.SKIPPED, reason if candidates else "")
+    if depth is not None and depth < 1:
+        raise ConfigError(f"the rerank depth must be at least 1, got {depth}")
+    scored = candidates[:depth]
     started = time.perf_counter()
     try:
         # On a daemon thread: a hung backend is abandoned after the timeout and never holds the exit.
-        result = call_within(timeout_s, lambda: reranker.rerank(query, candidates))
-        scores = _validated(result, len(candidates))
+        result = call_within(timeout_s, lambda: reranker.rerank(query, scored))
+        scores = _validated(result, len(scored))
     except DeadlineExceeded:
         return _fallback(candidates, f"{reranker.name} timed out after {timeout_s:g}s")
     except Exception as e:  # any backend failure: keep the first stage, say why
         return _fallback(candidates, f"{reranker.name} failed: {type(e).__name__}: {e}")
-    log.debug("rerank %d candidates in %.1f ms", len(candidates), 1000 * (time.perf_counter() - started))
-    return SecondStageResult(policy.order(candidates, scores), RerankStatus.OK, truncated=result.truncated)
+    log.debug("rerank %d candidates in %.1f ms", len(scored), 1000 * (time.perf_counter() - started))
+    return SecondStageResult(ordered(policy, candidates, scores), RerankStatus.OK, truncated=result.truncated)
+
+
+def ordered(policy: Policy, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+    """`policy`'s order of the scored head (the first len(scores) candidates), then the unscored rest in
+    first-stage order: a rerank depth below the window only ever reorders the window's top."""
+    head = policy.order(candidates[: len(scores)], scores)
+    rest = candidates[len(scores) :]
+    return head + [Hit(c, final_rank=len(head) + i, final_score=c.fused_score) for i, c in enumerate(rest, start=1)]
 
 
 def identity(candidates: list[Candidate]) -> list[Hit]:
