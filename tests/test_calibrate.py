@@ -95,11 +95,16 @@ def test_queries_are_taken_out_of_the_chunks_that_answer_them(corpus):
 @pytest.mark.slow
 def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    result = calibrate(store, EMB, Oracle(corpus), n_queries=40)
+    whole = SearchConfig(rerank_depth=SearchConfig().candidates)  # the reranker sees the whole window
+    result = calibrate(store, EMB, Oracle(corpus), whole, n_queries=40)
     assert result.queries == 40 and set(result.mrr_by_kind) == {"title", "sentence"}
     assert result.policy is not RerankPolicy.NONE, result.reason
     assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
     assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
+    # At a shallower depth it sees only the window's top: answers below it stay where the first stage put them.
+    shallow = calibrate(store, EMB, Oracle(corpus), SearchConfig(rerank_depth=3), n_queries=40)
+    assert shallow.window_recall == result.window_recall
+    assert shallow.mrr["replace"] < result.mrr["replace"]
 
 
 @pytest.mark.slow
