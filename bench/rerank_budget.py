@@ -8,7 +8,7 @@ test` with every second-stage option, and prints nDCG@10 per option, the change 
 
     python bench/rerank_budget.py --sets cacm lisa --budgets 25/256 15/192 10/256
 
-Runs in one process after another, so the rerank times are side by side; the first stage and the judged
+The budgets' evals run one after another, so their rerank times are side by side; the first stage and the judged
 queries are the same for every budget (the eval's cached index), so a quality change is the budget's alone.
 """
 

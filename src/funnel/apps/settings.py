@@ -34,7 +34,8 @@ class _Settings(BaseSettings):
     rerank_max_tokens: int | None = Field(
         None, ge=16, le=512,
         description="longest (query, passage) pair an ONNX or sentence-transformers cross-encoder scores, in "
-                    "tokens (default: the model's own); the passage is cut to fit",
+                    "tokens (default: ONNX 192 or the model's own when shorter, sentence-transformers 256); the "
+                    "passage is cut to fit",
     )
     # The core dataclasses hold the defaults; a setting names one and checks its range.
     per_retriever: int = Field(
