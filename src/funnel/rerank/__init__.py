@@ -17,7 +17,7 @@ HTTP_APIS = ("ollama", "cohere", "tei", "infinity")  # funnel.rerank.http.Rerank
 
 
 # `max_length` (the rerank_max_tokens setting): the longest pair a local cross-encoder scores; None: the
-# model's own.
+# backend's default (ONNX: onnx_cross_encoder.RERANK_MAX_TOKENS, or the model's own when shorter; st: 256).
 
 
 @REGISTRY.register("builtin")
