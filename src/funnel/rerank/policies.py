@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # The window's top chunks the reranker scores by default; the rest keep their first-stage order below them.
 # 15 of the 25, with pairs cut to 192 tokens (onnx_cross_encoder.RERANK_MAX_TOKENS): half the rerank time,
-# for 0.000-0.008 nDCG@10 (n.s.) on the built-in reranker's training domains; on four domains it never saw,
+# for 0.000-0.008 nDCG@10 on SciFact and CoSQA and 0.004-0.011 on TAT-QA (its table rows ranked 16-25); on four domains it never saw,
 # the options that trust it most lose less (rrf:1 +0.035 on CACM) and the gentlest moves -0.023..+0.018 (n.s.)
 # (BENCHMARKS.md, "Rerank depth and pair length").
 RERANK_DEPTH = 15
