@@ -8,9 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from funnel.calibrate import FIRST_STAGE, MIN_QUERIES, Calibration, calibrate, sentence_query, title_query
+from funnel.calibrate import (
+    FIRST_STAGE, MIN_QUERIES, Calibration, Judged, calibrate, read_judged, sentence_query, title_query,
+)
 from funnel.embed import HashingEmbedder
-from funnel.errors import StoreError
+from funnel.errors import ConfigError, StoreError
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline, SearchConfig
 from funnel.rerank.policies import RerankPolicy
@@ -201,3 +203,80 @@ def test_a_reranker_that_fails_stops_calibration_and_keeps_the_old_one(tmp_path,
     with pytest.raises(BackendUnavailable, match="calibration stopped: down failed .ConnectionError"):
         Pipeline(store, EMB, Down()).calibrate(n_queries=40)
     assert store.read_calibration() == stored
+
+
+def _judged(corpus, n: int, seed: int = 3, by_path: bool = False) -> list[Judged]:
+    """Real-looking queries: a 4-word phrase of one document (which the oracle recognises), answered by it."""
+    rng = random.Random(seed)
+    docs = sorted({c.doc_id for c in corpus})
+    judged = []
+    for doc_id in rng.sample(docs, n):
+        words = next(c for c in corpus if c.doc_id == doc_id).text.split("\n")[1].split()
+        start = rng.randrange(len(words) - 4)
+        judged.append(Judged(" ".join(words[start:start + 4]), (f"docs/{doc_id}.txt" if by_path else doc_id,)))
+    return judged
+
+
+def test_judged_queries_are_read_from_json_lines_with_one_line_errors(tmp_path):
+    good = tmp_path / "judged.jsonl"
+    good.write_text('{"query": "what is alpha", "relevant": ["d01", "d02"]}\n\n{"query": "beta", "relevant": "d03"}\n')
+    assert read_judged(good) == [Judged("what is alpha", ("d01", "d02")), Judged("beta", ("d03",))]
+    for text, message in [
+        ('{"query": "q", "relevant": ["d01"]}\nnot json\n', r"judged.jsonl:2: not JSON"),
+        ('{"query": "", "relevant": ["d01"]}\n', r":1: \"query\" must be a non-empty string"),
+        ('{"query": "q", "relevant": []}\n', r":1: \"relevant\" must be"),
+        ('{"query": "q", "relevant": [3]}\n', r":1: \"relevant\" must be"),
+        ('["q", "d01"]\n', r":1: expected an object"),
+        ("\n\n", r"no judged queries in it"),
+    ]:
+        good.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            read_judged(good)
+    good.write_bytes(b"\xff\xfe{")
+    with pytest.raises(ConfigError, match="cannot read judged queries"):
+        read_judged(good)
+    with pytest.raises(ConfigError, match="cannot read judged queries .*No such file"):
+        read_judged(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.slow
+def test_judged_queries_decide_and_are_measured_again_after_a_change(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    pipeline = Pipeline(store, EMB, Oracle(corpus), config=SearchConfig(rerank_depth=SearchConfig().candidates))
+    judged = _judged(corpus, 30)
+    result = pipeline.calibrate(judged=judged)
+    assert result.source == "judged" and result.queries == 30 and set(result.mrr_by_kind) == {"judged"}
+    assert result.policy is not RerankPolicy.NONE and "on 30 judged queries" in result.reason
+    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
+    assert [Judged(j["query"], tuple(j["relevant"])) for j in result.judged] == judged
+
+    # A later calibration (after an ingest, say) measures the stored judged queries again...
+    again = pipeline.calibrate()
+    assert again.source == "judged" and again.judged == result.judged and again.mrr == result.mrr
+    # ... until the user asks for generated ones.
+    generated = pipeline.calibrate(n_queries=40, generated=True)
+    assert generated.source == "generated" and generated.judged == [] and generated.queries == 40
+    assert pipeline.calibrate(n_queries=40).source == "generated"
+
+
+@pytest.mark.slow
+def test_a_wrong_reranker_is_not_trusted_on_judged_queries_either(tmp_path, corpus):
+    store = _index(tmp_path, corpus, EMB)
+    result = calibrate(store, EMB, Oracle(corpus, invert=True), judged=_judged(corpus, 30))
+    assert result.policy is RerankPolicy.NONE and "did not help on 30 judged queries" in result.reason
+
+
+def test_judged_queries_name_documents_by_id_or_path_and_too_few_is_refused(tmp_path, corpus):
+    with_paths = [replace_path(c) for c in corpus]
+    store = _index(tmp_path, with_paths, EMB)
+    judged = _judged(corpus, 12, by_path=True) + [Judged("q", ("nowhere.txt",))] * 15
+    with pytest.raises(ConfigError, match=f"only 12 of 27 judged queries name a document in this index .at least "
+                                          f"{MIN_QUERIES} needed"):
+        calibrate(store, EMB, Oracle(corpus), judged=judged)
+    assert store.read_calibration() is None
+
+
+def replace_path(c):
+    from dataclasses import replace
+
+    return replace(c, path=f"docs/{c.doc_id}.txt")

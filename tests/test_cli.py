@@ -183,6 +183,41 @@ def test_ingest_calibrates_and_search_explains_the_choice(tmp_path):
     assert body["queries"] == 25 and body["policy"] in ("none", "rrf", "replace", "guaranteed_slots")
 
 
+def test_calibrate_on_judged_queries_and_back(tmp_path):
+    docs = _many_docs(tmp_path / "many")
+    env = {"FUNNEL_RERANKER": "lexical"}
+    assert funnel("ingest", str(docs), "--no-calibrate", cwd=tmp_path, env=env).returncode == 0
+    judged = tmp_path / "judged.jsonl"
+    # Documents named by relative path, as a user would type them from the folder they ingested.
+    judged.write_text("".join(
+        json.dumps({"query": f"notes on item number {i} of the series", "relevant": [f"many/doc{i:02d}.md"]}) + "\n"
+        for i in range(25)
+    ))
+    done = funnel("calibrate", "--judged", str(judged), "--json", cwd=tmp_path, env=env)
+    no_traceback(done)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout[done.stdout.index("{"):])
+    assert body["source"] == "judged" and body["queries"] == 25 and len(body["judged"]) == 25
+    assert "on 25 judged queries" in body["reason"]
+    explained = funnel("search", "turbine", "--explain", cwd=tmp_path, env=env)
+    assert "25 queries" in explained.stdout and "judged queries" in explained.stdout
+
+    back = funnel("calibrate", "--generated", "--queries", "25", "--json", cwd=tmp_path, env=env)
+    assert json.loads(back.stdout[back.stdout.index("{"):])["source"] == "generated"
+
+    both = funnel("calibrate", "--judged", str(judged), "--generated", cwd=tmp_path, env=env)
+    assert both.returncode == 2 and "does not go with --generated" in both.stderr
+    judged.write_text('{"query": "q"}\n')
+    bad = funnel("calibrate", "--judged", str(judged), cwd=tmp_path, env=env)
+    no_traceback(bad)
+    assert bad.returncode == 2 and 'judged.jsonl:1: "relevant" must be' in bad.stderr
+    judged.write_text(json.dumps({"query": "q", "relevant": ["many/elsewhere.md"]}) + "\n")
+    nowhere = funnel("calibrate", "--judged", str(judged), cwd=tmp_path, env=env)
+    assert nowhere.returncode == 2 and "only 0 of 1 judged queries name a document" in nowhere.stderr
+    stored = json.loads((tmp_path / ".funnel" / "funnel_calibration.json").read_text())
+    assert stored["source"] == "generated"  # a refused calibration changes nothing
+
+
 def test_calibrate_errors_are_one_line(tmp_path):
     empty = funnel("calibrate", "--reranker", "lexical", cwd=tmp_path)
     no_traceback(empty)

@@ -15,12 +15,19 @@ made from the documents and no human judgments:
 4. Adopt the best option only if it beats the first-stage order by MIN_GAIN with a paired randomization test
    p < MAX_P; otherwise keep the first-stage order, and the reranker is not run at all.
 
+Queries made from the documents are a different relation from what people ask (a reranker trained on real
+questions can look worse on them than it is), so a user who has real queries with known answers can
+calibrate on those instead (`funnel calibrate --judged FILE`, `read_judged`): the same options and rule, on
+the real index itself (nothing is taken out of the answers). They are stored with the calibration, so the
+recalibration after an ingest measures them again.
+
 The result is stored with the index (`Store.write_calibration`) and read by `Pipeline.search` under the
 `auto` policy. It names the reranker and embedder it was measured with, so a different model is noticed.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import tempfile
@@ -28,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +57,8 @@ MIN_QUERIES = 20  # below this a corpus is too small to say anything; the safe c
 MIN_GAIN = 0.005  # MRR@10 the reranker must add before it is trusted
 MAX_P = 0.05  # ... with this paired-test significance
 RR_DEPTH = 10
+MAX_JUDGED = 5000  # judged queries in one calibration (each is a search and a rerank)
+GENERATED, JUDGED = "generated", "judged"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _WORD = re.compile(r"[^\W\d_]{3,}")
@@ -94,6 +104,8 @@ class Calibration:
     p_value: float | None = None
     seconds: float = 0.0
     created: str = ""
+    source: str = GENERATED  # where the queries came from: GENERATED from the documents, or JUDGED by a person
+    judged: list[dict] = field(default_factory=list)  # the judged queries ({query, relevant}), measured again later
     format: int = FORMAT
 
     @property
@@ -199,6 +211,84 @@ def title_query(chunks: list[Chunk], chunk: Chunk, rng: random.Random) -> Pseudo
 MAKERS = {"title": title_query, "sentence": sentence_query}
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A real query and the documents that answer it, by id or path (as `funnel search` shows them; a relative
+    path is also looked up from the current folder, as `funnel ingest` would have stored it)."""
+
+    query: str
+    relevant: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"query": self.query, "relevant": list(self.relevant)}
+
+
+def parse_judged(item: object, where: str) -> Judged:
+    """One judged query from `{"query": str, "relevant": [id or path, ...]}` (or one id); else a ConfigError
+    saying `where`."""
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: expected an object with \"query\" and \"relevant\"")
+    query, relevant = item.get("query"), item.get("relevant")
+    if isinstance(relevant, str):
+        relevant = [relevant]
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError(f"{where}: \"query\" must be a non-empty string")
+    if not isinstance(relevant, list) or not relevant or not all(isinstance(r, str) and r for r in relevant):
+        raise ConfigError(f"{where}: \"relevant\" must be a document id or path, or a non-empty list of them")
+    return Judged(query.strip(), tuple(relevant))
+
+
+def read_judged(path: str | Path) -> list[Judged]:
+    """Judged queries from a JSON Lines file, one `{"query": ..., "relevant": [...]}` per line (blank lines
+    skipped); a ConfigError naming the file and line otherwise."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read judged queries from {path}: {e.__class__.__name__}: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
+    judged = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            raise ConfigError(f"{path}:{number}: not JSON ({e})") from None
+        judged.append(parse_judged(item, f"{path}:{number}"))
+        if len(judged) > MAX_JUDGED:
+            raise ConfigError(f"{path}: more than {MAX_JUDGED} judged queries; use a sample of them")
+    if not judged:
+        raise ConfigError(f"{path}: no judged queries in it")
+    return judged
+
+
+def _resolved(name: str) -> str:
+    """A file path as `funnel ingest` stores it (absolute), for a name given relative to the current folder."""
+    try:
+        return Path(name).expanduser().resolve().as_posix()
+    except (OSError, RuntimeError, ValueError):
+        return name
+
+
+def judged_queries(store: Store, judged: list[Judged]) -> list[PseudoQuery]:
+    """The judged queries that name a document in this index, as test queries whose answer is every chunk of
+    those documents. Nothing is edited: a person wrote the query, so it cannot match its answer verbatim."""
+    chunks_of: dict[str, set[str]] = {}
+    for entry in store.outline():
+        chunks_of.setdefault(entry.doc_id, set()).add(entry.chunk_id)
+        if entry.path and entry.path != entry.doc_id:
+            chunks_of.setdefault(entry.path, set()).add(entry.chunk_id)
+    queries = []
+    for j in judged:
+        relevant = frozenset(
+            c for name in j.relevant for c in chunks_of.get(name) or chunks_of.get(_resolved(name), ())
+        )
+        if relevant:
+            queries.append(PseudoQuery(j.query, JUDGED, relevant, ()))
+    return queries
+
+
 def _sample(
     store: Store, n_queries: int, rng: random.Random, kinds: tuple[str, ...]
 ) -> tuple[list[PseudoQuery], dict[str, Chunk]]:
@@ -283,11 +373,12 @@ def calibrate(
     n_queries: int = DEFAULT_QUERIES,
     seed: int = 0,
     kinds: tuple[str, ...] = ("title", "sentence"),
+    judged: list[Judged] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
-    """Measure every option on pseudo-queries from this index and choose one (see the module docstring).
-    `config` is the search's: its first stage, window and policy parameters. Reads the index, writes
-    nothing: the caller stores the result."""
+    """Measure every option on pseudo-queries from this index, or on `judged` queries when given, and choose
+    one (see the module docstring). `config` is the search's: its first stage, window and policy parameters.
+    Reads the index, writes nothing: the caller stores the result."""
     from funnel.pipeline import SearchConfig  # the pipeline imports this module
 
     started = time.perf_counter()
@@ -300,6 +391,9 @@ def calibrate(
         reranker=reranker.name, embedder=embedder.name, index_version=info.version, index_chunks=info.chunks,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    if judged:
+        return _calibrate_judged(store, embedder, reranker, config or SearchConfig(), judged, made, started,
+                                 progress)
     queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
     if len(queries) < MIN_QUERIES:
         return Calibration(
@@ -309,13 +403,39 @@ def calibrate(
             queries=len(queries), seconds=time.perf_counter() - started, **made,
         )
     rr, window_recall = _measure(store, embedder, reranker, config or SearchConfig(), queries, sources, progress)
+    return _decide(rr, queries, window_recall, f"{len(queries)} test queries made from this corpus", started, made)
+
+
+def _calibrate_judged(
+    store: Store, embedder: Embedder, reranker: Reranker, config: SearchConfig, judged: list[Judged], made: dict,
+    started: float, progress: Callable[[int, int], None] | None,
+) -> Calibration:
+    """Every option on the judged queries that name a document of this index, over the index itself."""
+    queries = judged_queries(store, judged)
+    if len(queries) < MIN_QUERIES:
+        raise ConfigError(
+            f"only {len(queries)} of {len(judged)} judged queries name a document in this index (at least "
+            f"{MIN_QUERIES} needed): check their ids or paths against `funnel search`, or calibrate with "
+            "queries made from the documents (`funnel calibrate --generated`)"
+        )
+    rr, window_recall = _measure(store, embedder, reranker, config, queries, None, progress)
+    unused = len(judged) - len(queries)
+    described = f"{len(queries)} judged queries" + (f" ({unused} naming no document here left out)" if unused else "")
+    return replace(_decide(rr, queries, window_recall, described, started, made),
+                   source=JUDGED, judged=[j.to_json() for j in judged])
+
+
+def _decide(
+    rr: dict[str, list[float]], queries: list[PseudoQuery], window_recall: float, described: str, started: float,
+    made: dict,
+) -> Calibration:
     mrr = {name: float(np.mean(values)) for name, values in rr.items()}
     kinds_of = [q.kind for q in queries]
     mrr_by_kind = {
         kind: {name: float(np.mean([v for v, k in zip(values, kinds_of) if k == kind])) for name, values in rr.items()}
         for kind in sorted(set(kinds_of))
     }
-    chosen, reason, p = _choose(rr, mrr, len(queries))
+    chosen, reason, p = _choose(rr, mrr, described)
     return Calibration(
         chosen.policy, chosen.weight, reason, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
         window_recall=window_recall, p_value=p, seconds=time.perf_counter() - started, **made,
@@ -324,16 +444,18 @@ def calibrate(
 
 def _measure(
     store: Store, embedder: Embedder, reranker: Reranker, config: SearchConfig, queries: list[PseudoQuery],
-    sources: dict[str, Chunk], progress: Callable[[int, int], None] | None,
+    sources: dict[str, Chunk] | None, progress: Callable[[int, int], None] | None,
 ) -> tuple[dict[str, list[float]], float]:
-    """Each option's reciprocal rank per query, over the real first stage on a small copy of the index,
-    and the share of queries whose answer the window held."""
+    """Each option's reciprocal rank per query, over the real first stage on a small copy of the index (the
+    index itself when `sources` is None: judged queries edit nothing), and the share of queries whose answer
+    the window held."""
     fs, candidates = config.first_stage, config.candidates
     policies = {option.name: config.policy_of(option.policy, option.weight) for option in OPTIONS}
     rr: dict[str, list[float]] = {option.name: [] for option in OPTIONS}
     in_window = 0
     with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
-        copy = _small_copy(store, embedder, queries, sources, max(fs.per_retriever, candidates), fs, tmp)
+        copy = store if sources is None else _small_copy(
+            store, embedder, queries, sources, max(fs.per_retriever, candidates), fs, tmp)
         for done, query in enumerate(queries, start=1):
             window = first_stage(copy, embedder, query.text, candidates, fs,
                                  max_per_document=config.chunks_per_document)
@@ -356,18 +478,19 @@ def _measure(
     return rr, in_window / len(queries)
 
 
-def _choose(rr: dict[str, list[float]], mrr: dict[str, float], n: int) -> tuple[Option, str, float | None]:
-    """The option adopted, why, and the paired test's p (None when the first stage was best)."""
+def _choose(rr: dict[str, list[float]], mrr: dict[str, float], described: str) -> tuple[Option, str, float | None]:
+    """The option adopted, why (`described`: the queries, e.g. "120 test queries made from this corpus"), and
+    the paired test's p (None when the first stage was best)."""
     first = mrr[FIRST_STAGE.name]
     best = max(OPTIONS, key=lambda o: (round(mrr[o.name], 6), o is FIRST_STAGE))
     diffs = np.asarray(rr[best.name]) - np.asarray(rr[FIRST_STAGE.name])
     p = _paired_p(diffs) if best is not FIRST_STAGE else None
     if best is not FIRST_STAGE and mrr[best.name] - first >= MIN_GAIN and p is not None and p < MAX_P:
-        return best, (f"{best.name} raised MRR@10 on {n} test queries made from this corpus from "
+        return best, (f"{best.name} raised MRR@10 on {described} from "
                       f"{first:.3f} to {mrr[best.name]:.3f} (p={p:.3f})"), p
     if best is FIRST_STAGE:
         measured = f"no option beat the first-stage order's MRR@10 {first:.3f}"
     else:
         measured = f"best: {best.name} {mrr[best.name]:.3f} vs first stage {first:.3f}, p={p:.3f}"
-    return FIRST_STAGE, (f"the reranker did not help on {n} test queries made from this corpus ({measured}); "
+    return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}); "
                          "the first-stage order is kept"), p

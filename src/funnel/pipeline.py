@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from funnel.calibrate import DEFAULT_QUERIES, Calibration, calibrate
+from funnel.calibrate import DEFAULT_QUERIES, JUDGED, Calibration, Judged, calibrate, parse_judged
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, StoreError
 from funnel.generate.base import Generator
@@ -120,17 +120,36 @@ class Pipeline:
         self._calibration = (now, version if version is not None else -1, calibration)
         return calibration
 
-    def calibrate(self, n_queries: int | None = None, progress=None) -> Calibration:
+    def calibrate(
+        self, n_queries: int | None = None, progress=None, judged: list[Judged] | None = None, generated: bool = False,
+    ) -> Calibration:
         """Measure the second stage on this index (`funnel.calibrate`) and store the choice with it. An
         interruption before the end leaves the previous calibration as it was (nothing is written until
-        the whole measurement is done)."""
+        the whole measurement is done).
+
+        With `judged` queries it measures on those. Without, it measures again on the judged queries the
+        stored calibration was made with, if any (so an ingest keeps them), unless `generated` asks for
+        queries made from the documents."""
+        if judged is None and not generated:
+            judged = self._stored_judged()
         result = calibrate(
             self.store, self.embedder, self.reranker, self.config, n_queries=n_queries or DEFAULT_QUERIES,
-            progress=progress,
+            judged=judged, progress=progress,
         )
         self.store.write_calibration(result.to_json())
         self._calibration = None
         return result
+
+    def _stored_judged(self) -> list[Judged] | None:
+        """The judged queries of the stored calibration; None when it was made from generated queries, or
+        there is none or it cannot be read."""
+        try:
+            stored = self.calibration()
+        except StoreError:
+            return None
+        if stored is None or stored.source != JUDGED or not stored.judged:
+            return None
+        return [parse_judged(item, "the stored calibration's judged queries") for item in stored.judged]
 
     def calibration_problem(self) -> str | None:
         """Why `auto` would not use a calibration on this index now (none, or made with other models)."""

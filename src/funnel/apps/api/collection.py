@@ -85,7 +85,8 @@ def calibration_summary(store, reranker: Reranker | None) -> dict:
     mismatch = c.mismatch(reranker.name, c.embedder)  # the embedder is not loaded here: only the reranker is checked
     if mismatch:
         return {"option": "first_stage", "reason": mismatch}
-    return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries}
+    return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries,
+            "source": c.source}
 
 
 class _CutShort(Exception):

@@ -103,7 +103,8 @@ def _watch(pipeline, paths: list[str], index: str, said: set[str]) -> None:
         raise typer.Exit(130) from None
 
 
-def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False):
+def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False, judged=None,
+               generated: bool = False):
     """Calibrate with a progress bar. After an ingest a failure (the reranker's server down, say) is a warning:
     the ingest itself succeeded and `auto` keeps the previous choice or the first stage."""
     from funnel.calibrate import DEFAULT_QUERIES
@@ -116,7 +117,8 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
         ) as bar:
             task = bar.add_task("calibrate", total=None)
             result = pipeline.calibrate(
-                n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total)
+                n_queries or DEFAULT_QUERIES, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                judged=judged, generated=generated,
             )
     except KeyboardInterrupt:
         stop.say()
@@ -138,15 +140,29 @@ def calibrate_(
     queries: Annotated[
         Optional[int], typer.Option(help="test queries to make from the documents [default: 120]", min=1, max=5000)
     ] = None,
+    judged: Annotated[
+        Optional[Path],
+        typer.Option(help="real queries with their answers instead: JSON Lines, one "
+                          '{"query": ..., "relevant": [document id or path, ...]} per line; kept for later recalibrations'),
+    ] = None,
+    generated: Annotated[
+        bool, typer.Option("--generated", help="queries made from the documents, even if judged ones are stored")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure whether the reranker helps on this index, with queries made from its own documents, and
-    store the choice (policy and weight) with the index; `--policy auto` (the default) then uses it."""
+    """Measure whether the reranker helps on this index, with queries made from its own documents (or your
+    judged ones), and store the choice (policy and weight) with the index; `--policy auto` (the default)
+    then uses it. A calibration made with judged queries measures them again the next time."""
+    from funnel.calibrate import read_judged
+
+    if judged is not None and (generated or queries is not None):
+        raise ConfigError("--judged measures on your queries; it does not go with --generated or --queries")
+    judged_queries = read_judged(judged) if judged is not None else None
     settings = settings_from(index=index, embedder=embedder, reranker=reranker)
     pipeline = build_pipeline(settings)
     if pipeline.reranker is None:
         raise ConfigError("no reranker is configured (reranker = none): there is nothing to calibrate")
-    result = _calibrate(pipeline, queries)
+    result = _calibrate(pipeline, queries, judged=judged_queries, generated=generated)
     if as_json:
         out.print_json(json.dumps(result.to_json()))
         return

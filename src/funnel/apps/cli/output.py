@@ -13,7 +13,8 @@ from funnel.types import Answer, SearchResult
 
 
 def print_calibration(result) -> None:
-    table = Table(title=f"MRR@10 on {result.queries} queries made from the index", title_justify="left")
+    made = "judged queries" if result.source == "judged" else "queries made from the index"
+    table = Table(title=f"MRR@10 on {result.queries} {made}", title_justify="left")
     table.add_column("option")
     kinds = sorted(result.mrr_by_kind)
     for column in ("all", *kinds):
