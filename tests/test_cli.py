@@ -196,7 +196,7 @@ def test_calibrate_on_judged_queries_and_back(tmp_path):
     done = funnel("calibrate", "--judged", str(judged), "--json", cwd=tmp_path, env=env)
     no_traceback(done)
     assert done.returncode == 0, done.stderr
-    body = json.loads(done.stdout[done.stdout.index("{"):])
+    body = json.loads(done.stdout)  # --json: nothing else on standard output
     assert body["source"] == "judged" and body["queries"] == 25 and len(body["judged"]) == 25
     assert "on 25 judged queries" in body["reason"]
     explained = funnel("search", "turbine", "--explain", cwd=tmp_path, env=env)

@@ -104,9 +104,10 @@ def _watch(pipeline, paths: list[str], index: str, said: set[str]) -> None:
 
 
 def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = False, judged=None,
-               generated: bool = False):
-    """Calibrate with a progress bar. After an ingest a failure (the reranker's server down, say) is a warning:
-    the ingest itself succeeded and `auto` keeps the previous choice or the first stage."""
+               generated: bool = False, say=None):
+    """Calibrate with a progress bar, and say the choice on `say` (default: standard output). After an ingest
+    a failure (the reranker's server down, say) is a warning: the ingest itself succeeded and `auto` keeps the
+    previous choice or the first stage."""
     from funnel.calibrate import DEFAULT_QUERIES
 
     stop = StopOnce("interrupted: stopping; the previous calibration is kept")
@@ -128,7 +129,7 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
             fail(e)
         err.print(styled("warning:", "yellow", f"{e} (run `funnel calibrate` again later)"))
         return None
-    out.print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
+    (say or out).print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
     return result
 
 
@@ -162,7 +163,9 @@ def calibrate_(
     pipeline = build_pipeline(settings)
     if pipeline.reranker is None:
         raise ConfigError("no reranker is configured (reranker = none): there is nothing to calibrate")
-    result = _calibrate(pipeline, queries, judged=judged_queries, generated=generated)
+    # With --json, standard output is the JSON alone.
+    result = _calibrate(pipeline, queries, judged=judged_queries, generated=generated,
+                        say=err if as_json else None)
     if as_json:
         out.print_json(json.dumps(result.to_json()))
         return
