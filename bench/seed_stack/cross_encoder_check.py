@@ -153,11 +153,12 @@ def _provenance(checkpoint: Path, built: Path, shipped: Path, meta: dict, source
 
 
 def check_cross_encoder(checkpoint: Path, groups: list[dict], torch_logits: list[list[float]], work: Path,
-                        threads: int) -> dict:
+                        threads: int, max_length: int) -> dict:
     """Is the checkpoint the shipped reranker? For a trained fp32 checkpoint: provenance hash and a rebuilt
     int8 byte-identical to the shipped one. For a dequantized export: quantising it again gives the shipped
     int8 weights. Either way, scores: torch vs ONNX fp32 (same weights) vs the shipped int8 on real
-    candidate lists."""
+    candidate lists, every pair cut at the torch side's `max_length` (the product's own shorter default would
+    compare different text)."""
     from funnel.onnx import build as onnx_build
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
@@ -171,8 +172,8 @@ def check_cross_encoder(checkpoint: Path, groups: list[dict], torch_logits: list
         onnx_build.build_cross_encoder(checkpoint, built, name=meta["name"],
                                        max_length=meta.get("max_length", 256))
 
-    fp32 = OnnxCrossEncoder(built, quantized=False, threads=threads)
-    int8 = OnnxCrossEncoder(shipped, quantized=True, threads=threads)
+    fp32 = OnnxCrossEncoder(built, quantized=False, threads=threads, max_length=max_length)
+    int8 = OnnxCrossEncoder(shipped, quantized=True, threads=threads, max_length=max_length)
     result = {"checkpoint": "int8 dequantized to fp32" if is_exported(checkpoint) else "trained fp32",
               **_score_agreement(groups, torch_logits, fp32, int8)}
     result.update(_provenance(checkpoint, built, shipped, meta, source))

@@ -87,7 +87,8 @@ def run_systems(args, spec: dict, work: Path) -> Runs:
     (work / "check-pairs.json").write_text(json.dumps(f_rerank["check"]))
     torch_check = run_child(args.seed_python, "seed-check", {**spec, "check_file": str(work / "check-pairs.json")},
                             work, args.threads)
-    check = check_cross_encoder(args.cross_encoder, f_rerank["check"], torch_check["logits"], work, args.threads)
+    check = check_cross_encoder(args.cross_encoder, f_rerank["check"], torch_check["logits"], work, args.threads,
+                                spec["max_length"])
     seed_venv = Path(args.seed_python).parents[1]
     dists = run_child(args.seed_python, "seed-dists", spec, work, args.threads)
     install_seed = site_packages_mb(seed_venv, frozenset(dists["not_seed"]))
