@@ -239,11 +239,21 @@ def test_an_ingest_succeeds_when_its_calibration_cannot_run(tmp_path):
 
 def test_a_ctrl_c_while_the_cli_loads_is_one_line(tmp_path):
     # The console script's module imports nothing heavy: a Ctrl-C in the seconds LanceDB and onnxruntime
-    # take to load printed a traceback (issue 17, crash consistency). The child says when the entry module
-    # is in (a Ctrl-C before that lands in Python's own start-up, which no program can word).
+    # take to load printed a traceback (issue 17, crash consistency). The child says "ready" when `run()` has
+    # started importing the CLI (an audit hook on that import), so the Ctrl-C cannot land before `run()`: a
+    # "ready" printed before the call left a few bytecodes in which a loaded machine delivered it (seen once).
     import signal
 
-    code = ("import sys\nfrom funnel.apps.main import run\nprint('ready', file=sys.stderr, flush=True)\nrun()\n")
+    code = (
+        "import sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'funnel.apps.cli' and not hasattr(hook, 'said'):\n"
+        "        hook.said = True\n"
+        "        print('ready', file=sys.stderr, flush=True)\n"
+        "sys.addaudithook(hook)\n"
+        "from funnel.apps.main import run\n"
+        "run()\n"
+    )
     process = subprocess.Popen([sys.executable, "-c", code, "search", "anvils", "--index", str(tmp_path / "index")],
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "FUNNEL_EMBEDDER": "hashing"})
