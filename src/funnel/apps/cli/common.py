@@ -32,7 +32,7 @@ def styled(label: str, style: str, rest: str) -> Text:
 
 
 IndexOpt = Annotated[
-    Optional[str], typer.Option("--index", help="index directory or postgresql:// URL [env FUNNEL_INDEX]")
+    Optional[str], typer.Option("--index", help="index directory or postgresql:// URL \\[env FUNNEL_INDEX]")
 ]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help=embed.REGISTRY.help())]
 KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]

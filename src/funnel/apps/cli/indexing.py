@@ -139,12 +139,13 @@ def calibrate_(
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
     queries: Annotated[
-        Optional[int], typer.Option(help="test queries to make from the documents [default: 120]", min=1, max=5000)
+        Optional[int], typer.Option(help="test queries to make from the documents (default 120)", min=1, max=5000)
     ] = None,
     judged: Annotated[
         Optional[Path],
         typer.Option(help="real queries with their answers instead: JSON Lines, one "
-                          '{"query": ..., "relevant": [document id or path, ...]} per line; kept for later recalibrations'),
+                          '{"query": ..., "relevant": list of document ids or paths} per line; kept for later '
+                          "recalibrations"),
     ] = None,
     generated: Annotated[
         bool, typer.Option("--generated", help="queries made from the documents, even if judged ones are stored")

@@ -12,7 +12,7 @@ from funnel.apps.cli.common import LLM_HELP, EmbedderOpt, IndexOpt, RerankerOpt,
 from funnel.errors import ConfigError
 from funnel.index import location_label
 
-DATABASE_HELP = "keep the service's state in this PostgreSQL, shared by all processes [env FUNNEL_DATABASE]"
+DATABASE_HELP = "keep the service's state in this PostgreSQL, shared by all processes \\[env FUNNEL_DATABASE]"
 
 
 @app.command()
@@ -20,18 +20,18 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
     reranker: RerankerOpt = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads [env FUNNEL_DATA_DIR]")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads \\[env FUNNEL_DATA_DIR]")] = None,
     embedder: EmbedderOpt = None,
     llm: Annotated[Optional[str], typer.Option(help=LLM_HELP)] = None,
     watch: Annotated[
         Optional[list[Path]], typer.Option("--watch", help="a folder kept in sync with a collection (repeatable)")
     ] = None,
     watch_collection: Annotated[
-        Optional[str], typer.Option(help="the watched folder's collection [default: the folder's name]")
+        Optional[str], typer.Option(help="the watched folder's collection \\[default: the folder's name]")
     ] = None,
     database: Annotated[Optional[str], typer.Option(help=DATABASE_HELP)] = None,
     search_database: Annotated[Optional[str], typer.Option(
-        help="a streaming read replica of --database, where searches read the indexes [env FUNNEL_SEARCH_DATABASE]"
+        help="a streaming read replica of --database, where searches read the indexes \\[env FUNNEL_SEARCH_DATABASE]"
     )] = None,
     workers: Annotated[int, typer.Option(help="HTTP processes sharing the port (needs --database)", min=1, max=64)] = 1,
 ) -> None:
@@ -188,8 +188,8 @@ def mcp_(
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
     llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (default: extractive)")] = None,
-    repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root [env FUNNEL_REPO]")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections [env FUNNEL_DATA_DIR]")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root \\[env FUNNEL_REPO]")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections \\[env FUNNEL_DATA_DIR]")] = None,
 ) -> None:
     """Serve search, ask, get_document, list_collections and triage to MCP clients (desktop agents), over
     stdio, or streamable HTTP with --http. Models load on the first tool call."""
