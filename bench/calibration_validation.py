@@ -68,6 +68,11 @@ def run_set(name: str, path: Path, out: Path, limit: int | None, reranker: str,
     return results
 
 
+def p_note(p: float | None) -> str:
+    """" (p=0.012)", or nothing when there is no p."""
+    return f" (p={p:.3f})" if p is not None else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="*", default=list(SETS))
@@ -96,11 +101,9 @@ def main() -> None:
           "queries | hybrid | best option | default | default - hybrid (p) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        p = f" (p={r['p']:.3f})" if r["p"] is not None else ""
-        pd = f" (p={r['p_default']:.3f})" if r["p_default"] is not None else ""
-        print(f"| {r['set']} | {'yes' if r['in_training'] else 'no'} | {r['queries']} | {r['chosen']}{p} | "
+        print(f"| {r['set']} | {'yes' if r['in_training'] else 'no'} | {r['queries']} | {r['chosen']}{p_note(r['p'])} | "
               f"{r['real_best']} | {r['ndcg']['first_stage']:.4f} | {r['ndcg'][r['real_best']]:.4f} | "
-              f"{r['default']:.4f} | {r['delta']:+.4f}{pd} |")
+              f"{r['default']:.4f} | {r['delta']:+.4f}{p_note(r['p_default'])} |")
 
 
 if __name__ == "__main__":

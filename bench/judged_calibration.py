@@ -32,9 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from calibration_validation import OPTIONS, SETS  # noqa: E402
+from calibration_validation import OPTIONS, SETS, p_note  # noqa: E402
 from train_reranker import _is_validation  # noqa: E402  (the reranker's own hold-out rule)
 
+from funnel.calibrate import Calibration  # noqa: E402
 from funnel.eval.beir import load_beir  # noqa: E402
 from funnel.eval.suite import default_index_dir, open_suite  # noqa: E402
 
@@ -89,8 +90,7 @@ def run_set(name: str, out: Path, tmp: Path) -> dict:
            ",".join(variants), "--out", str(out / name), "--embedder", EMBEDDER)
     results = json.loads((out / name / "results.json").read_text())
     ndcg = {v: results["variants"][v]["ndcg@10"] for v in variants}
-    chosen = "first_stage" if calibration["policy"] == "none" else (
-        f"rrf:{calibration['weight']:g}" if calibration["policy"] == "rrf" else calibration["policy"])
+    chosen = Calibration.from_json(calibration).option
     return {
         "set": name, "judged": n_judged, "used": calibration["queries"], "split": split,
         "chosen": chosen, "p": calibration.get("p_value"), "mrr": calibration["mrr"],
@@ -120,12 +120,10 @@ def main() -> None:
     for r in rows:
         hybrid = r["ndcg"]["hybrid"]
         best = max(OPTIONS, key=lambda o: r["ndcg"][OPTIONS[o]])
-        p = f" (p={r['p']:.3f})" if r["p"] is not None else ""
         where = "" if r["same_corpus"] else " (chosen on the dev index)"
-        pd = f" (p={r['p_default']:.3f})" if r["p_default"] is not None else ""
-        print(f"| {r['set']} | {r['judged']} ({r['used']}) from {r['split']} | {r['chosen']}{p}{where} | "
+        print(f"| {r['set']} | {r['judged']} ({r['used']}) from {r['split']} | {r['chosen']}{p_note(r['p'])}{where} | "
               f"{r['test_queries']} | {hybrid:.4f} | {best} {r['ndcg'][OPTIONS[best]]:.4f} | {r['default']:.4f} | "
-              f"{r['default'] - hybrid:+.4f}{pd} |")
+              f"{r['default'] - hybrid:+.4f}{p_note(r['p_default'])} |")
 
 
 if __name__ == "__main__":

@@ -391,9 +391,9 @@ def calibrate(
         reranker=reranker.name, embedder=embedder.name, index_version=info.version, index_chunks=info.chunks,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    config = config or SearchConfig()
     if judged:
-        return _calibrate_judged(store, embedder, reranker, config or SearchConfig(), judged, made, started,
-                                 progress)
+        return _calibrate_judged(store, embedder, reranker, config, judged, made, started, progress)
     queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
     if len(queries) < MIN_QUERIES:
         return Calibration(
@@ -402,7 +402,7 @@ def calibrate(
             f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
             queries=len(queries), seconds=time.perf_counter() - started, **made,
         )
-    rr, window_recall = _measure(store, embedder, reranker, config or SearchConfig(), queries, sources, progress)
+    rr, window_recall = _measure(store, embedder, reranker, config, queries, sources, progress)
     return _decide(rr, queries, window_recall, f"{len(queries)} test queries made from this corpus", started, made)
 
 
