@@ -163,16 +163,30 @@ def mine(source: Source, index_dir: Path) -> list[dict]:
     return groups
 
 
-def mine_all(work: Path, index_dirs: dict[str, Path]) -> list[dict]:
-    path = work / "mined.jsonl"
-    if path.is_file():
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    started = time.perf_counter()
-    groups = [g for s in SOURCES for g in mine(s, index_dirs[s.name])]
-    (work / "mine.json").write_text(json.dumps({"seconds": time.perf_counter() - started}))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(g) + "\n" for g in groups), encoding="utf-8")
-    os.replace(tmp, path)
+def mine_all(work: Path, index_dirs: dict[str, Path], sources: tuple[Source, ...] = SOURCES) -> list[dict]:
+    """Every source's groups, each mined once and cached in the work folder (`mined.jsonl` holds the three
+    shared sets together, as earlier builds wrote it; any other source has `mined-NAME.jsonl`)."""
+    shared = work / "mined.jsonl"
+    cached = (
+        [json.loads(line) for line in shared.read_text(encoding="utf-8").splitlines()] if shared.is_file() else []
+    )
+    seconds_path = work / "mine.json"
+    seconds = json.loads(seconds_path.read_text())["seconds"] if seconds_path.is_file() else 0.0
+    groups = []
+    for source in sources:
+        path = work / f"mined-{source.name}.jsonl"
+        mined = [g for g in cached if g["source"] == source.name]
+        if not mined and path.is_file():
+            mined = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        if not mined:
+            started = time.perf_counter()
+            mined = mine(source, index_dirs[source.name])
+            seconds += time.perf_counter() - started
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(g) + "\n" for g in mined), encoding="utf-8")
+            os.replace(tmp, path)
+        groups += mined
+    seconds_path.write_text(json.dumps({"seconds": seconds}))
     return groups
 
 
@@ -634,7 +648,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distill-weight", type=float, default=1.0)
     parser.add_argument("--stage", choices=["all", "mine", "train", "export"], default="all")
     parser.add_argument("--leave-out", action="append", default=[], choices=[s.name for s in SOURCES],
-                        help="train without this source (leave-one-domain-out; repeatable); mining is unchanged")
+                        help="train without this source (leave-one-domain-out; repeatable); it is not mined")
+    parser.add_argument("--broad", action="append", default=[], metavar="NAME=DIR",
+                        help="also train on this judged collection (BEIR layout with qrels/train.tsv, e.g. from "
+                             "tools/broad_pairs.py); its index is built in the work folder")
     args = parser.parse_args(argv)
 
     random.seed(SEED)
@@ -653,14 +670,21 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--index takes NAME=DIR with NAME one of {', '.join(index_dirs)}")
         index_dirs[name] = Path(path)
 
-    groups = [g for g in mine_all(args.work, index_dirs) if g["source"] not in args.leave_out]
+    sources = tuple(s for s in SOURCES if s.name not in args.leave_out)
+    for spec in args.broad:
+        name, _, path = spec.partition("=")
+        if not name or not path or name in index_dirs:
+            parser.error(f"--broad takes NAME=DIR with a NAME not one of {', '.join(index_dirs)}")
+        sources += (Source(name, Path(path).expanduser(), "train"),)
+        index_dirs[name] = args.work / f"index-{name}"
+    groups = mine_all(args.work, index_dirs, sources)
     mine_seconds = json.loads((args.work / "mine.json").read_text())["seconds"]
     if args.leave_out:
         log(f"left out: {', '.join(args.leave_out)}")
     counts = {
         s.name: {"split": s.split, "groups": sum(g["source"] == s.name for g in groups),
                  "val": sum(g["source"] == s.name and g["val"] for g in groups)}
-        for s in SOURCES
+        for s in sources
     }
     log(f"mined: {json.dumps(counts)}")
     if args.stage == "mine":
