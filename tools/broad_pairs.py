@@ -36,8 +36,8 @@ def _hashed_order(key: str) -> str:
     return hashlib.sha256(f"{SEED}:{key}".encode()).hexdigest()
 
 
-def debian(translations: Path, limit: int, queries: int) -> tuple[list[dict], dict[str, str]]:
-    """(corpus records, queries by id) from a Translation-en file: synopsis -> long description."""
+def debian(translations: Path, limit: int, queries: int) -> tuple[list[dict], dict[str, tuple[str, str]]]:
+    """(corpus records, {query id: (synopsis, package)}) from a Translation-en file."""
     opener = lzma.open if translations.suffix == ".xz" else open
     with opener(translations, "rt", encoding="utf-8") as fh:
         text = fh.read()
@@ -53,7 +53,7 @@ def debian(translations: Path, limit: int, queries: int) -> tuple[list[dict], di
         paragraphs = [" ".join(line[1:] for line in p.strip("\n").split("\n"))
                       for p in re.split(r"\n \.\n", described.group(2).rstrip("\n"))]
         body = "\n\n".join(p.strip() for p in paragraphs if p.strip())
-        opening = " ".join(paragraphs[0].split())[:200].lower() if paragraphs else ""
+        opening = " ".join(paragraphs[0].split())[:200].lower()  # re.split always gives one
         if len(body) < 120 or len(synopsis) < 12 or opening in seen:
             continue
         seen.add(opening)
@@ -70,8 +70,9 @@ _PARAGRAPH = re.compile(r'\{\s*"context"\s*:')
 _TITLE = re.compile(r'"title"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
-def squad(files: list[Path], queries: int) -> tuple[list[dict], dict[str, str]]:
-    """(corpus records, queries by id) from SQuAD-format files, each read up to its last whole paragraph."""
+def squad(files: list[Path], queries: int) -> tuple[list[dict], dict[str, tuple[str, str]]]:
+    """(corpus records, {query id: (question, paragraph id)}) from SQuAD-format files, each read up to its
+    last whole paragraph."""
     decoder = json.JSONDecoder()
     records: list[dict] = []
     asked: dict[str, tuple[str, str]] = {}

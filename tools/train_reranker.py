@@ -163,13 +163,15 @@ def mine(source: Source, index_dir: Path) -> list[dict]:
     return groups
 
 
+def _read_groups(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 def mine_all(work: Path, index_dirs: dict[str, Path], sources: tuple[Source, ...] = SOURCES) -> list[dict]:
     """Every source's groups, each mined once and cached in the work folder (`mined.jsonl` holds the three
     shared sets together, as earlier builds wrote it; any other source has `mined-NAME.jsonl`)."""
     shared = work / "mined.jsonl"
-    cached = (
-        [json.loads(line) for line in shared.read_text(encoding="utf-8").splitlines()] if shared.is_file() else []
-    )
+    cached = _read_groups(shared) if shared.is_file() else []
     seconds_path = work / "mine.json"
     seconds = json.loads(seconds_path.read_text())["seconds"] if seconds_path.is_file() else 0.0
     groups = []
@@ -177,7 +179,7 @@ def mine_all(work: Path, index_dirs: dict[str, Path], sources: tuple[Source, ...
         path = work / f"mined-{source.name}.jsonl"
         mined = [g for g in cached if g["source"] == source.name]
         if not mined and path.is_file():
-            mined = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            mined = _read_groups(path)
         if not mined:
             started = time.perf_counter()
             mined = mine(source, index_dirs[source.name])
