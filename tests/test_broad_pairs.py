@@ -1,12 +1,14 @@
-"""tools/broad_pairs.py: judged training collections from Debian's descriptions and SQuAD-format files. A
-family of packages sharing one description must give one document (else its copies would be mined as
-negatives of each other), and a SQuAD file cut short must be read up to its last whole paragraph."""
+"""tools/broad_pairs.py: judged training collections from Debian's descriptions, SQuAD-format files and Stack
+Exchange posts. A family of packages sharing one description must give one document (else its copies would be
+mined as negatives of each other), a SQuAD file cut short must be read up to its last whole paragraph, and a
+question must keep one answer (else its others would be mined as its negatives)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import lzma
+from html import escape
 from pathlib import Path
 
 from funnel.eval.beir import load_beir
@@ -75,3 +77,35 @@ def test_squad_file_cut_short_is_read_to_its_last_whole_paragraph(tmp_path):
     assert sorted(evalset.queries.values()) == ["What is the Grotto at Notre Dame?",
                                                 "What is the daily student paper called?"]
     assert {d for judged in evalset.qrels.values() for d in judged} == {"0-0", "0-1"}
+
+
+def test_stackexchange_judges_a_title_to_its_accepted_answer_only(tmp_path):
+    tool = _tool()
+    long = "Grind it just before brewing, " * 4
+    asked = "I buy a kilo at a time and it goes stale before I can drink it all, what can I do?"
+    rows = [
+        ("1", "1", "", "5", "How should I store whole bean coffee?", f"<p>{asked}</p>", "3"),
+        ("2", "2", "1", "9", "", f"<p>Freeze it. {long}</p>", ""),
+        ("3", "2", "1", "4", "", f"<p>In a cool, <b>dark</b> place.</p><ul><li>{long}</li></ul>", ""),
+        ("4", "1", "", "1", "Is decaf coffee still coffee at all?", "", ""),
+        ("5", "2", "4", "0", "", f"<p>Nobody voted for this answer, {long}</p>", ""),
+    ]
+    posts = tmp_path / "Posts.xml"
+    posts.write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n<posts>\n' + "".join(
+            f'<row Id="{i}" PostTypeId="{kind}" ParentId="{parent}" Score="{score}" Title="{escape(title)}" '
+            f'Body="{escape(body)}" AcceptedAnswerId="{accepted}" />\n'
+            for i, kind, parent, score, title, body, accepted in rows
+        ) + "</posts>\n", encoding="utf-8")
+    out = tmp_path / "se"
+    assert tool.main(["stackexchange", "--posts", str(posts), "--out", str(out)]) == 0
+    corpus = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
+    # The accepted answer, not the better-scored one; question 4's only answer has no positive score.
+    assert [r["_id"] for r in corpus] == ["0-3"]
+    assert corpus[0]["text"].startswith("In a cool, dark place.\nGrind it")
+    evalset = load_beir(out, "train", "record")
+    assert evalset.queries == {  # the title, and the title with the question's body: a long query
+        "q-0-3": "How should I store whole bean coffee?",
+        "q-0-3-post": f"How should I store whole bean coffee? {asked}",
+    }
+    assert evalset.qrels == {"q-0-3": {"0-3": 1}, "q-0-3-post": {"0-3": 1}}

@@ -43,6 +43,7 @@ N_CANDIDATES = 25  # the pipeline's default over-fetch: what the reranker sees a
 GROUP_NEGATIVES = 7
 VAL_SHARE = 0.06
 TABLE_ROW_COPY_SHARE = 0.5  # of TAT-QA groups whose positive is a table
+FIRST_STAGE_TEMPERATURE = 2.0  # --fused-target: the first stage's prior over a group is softmax(-rank / this)
 MODEL_NAME = "funnel-reranker-minilm"
 
 
@@ -197,10 +198,12 @@ def expand(groups: list[dict], rng: random.Random) -> list[dict]:
     table (positive and negatives alike) is rendered as rows, so the rendering itself tells nothing."""
     out = []
     for g in groups:
-        out.append({"query": g["query"], "pos": g["pos"], "negs": g["negs"], "source": g["source"]})
+        out.append({"query": g["query"], "pos": g["pos"], "negs": g["negs"], "source": g["source"],
+                    "pos_rank": g.get("pos_rank")})
         if g["pos_table"] and g["pos_rows"] and rng.random() < TABLE_ROW_COPY_SHARE:
             negs = [rows or text for text, rows in zip(g["negs"], g["neg_rows"])]
-            out.append({"query": g["query"], "pos": g["pos_rows"], "negs": negs, "source": "tatqa-rows"})
+            out.append({"query": g["query"], "pos": g["pos_rows"], "negs": negs, "source": "tatqa-rows",
+                        "pos_rank": g.get("pos_rank")})
     return out
 
 
@@ -244,13 +247,21 @@ class Encoder:
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def _group_pairs(group: dict, rng: random.Random, pool: list[str]) -> list[tuple[str, str]]:
-    negs = list(group["negs"])
-    rng.shuffle(negs)
-    negs = negs[:GROUP_NEGATIVES]
+def _group_pairs(group: dict, rng: random.Random, pool: list[str]) -> tuple[list[tuple[str, str]], list[int]]:
+    """The group's pairs (positive first, then 7 sampled negatives) and each one's first-stage rank among
+    the mined candidates (N_CANDIDATES for a positive it missed or a filler negative from the pool)."""
+    pos_rank = group.get("pos_rank")
+    pos_rank = N_CANDIDATES if pos_rank is None else pos_rank
+    picked = list(range(len(group["negs"])))
+    rng.shuffle(picked)
+    picked = picked[:GROUP_NEGATIVES]
+    negs = [group["negs"][j] for j in picked]
+    # The negatives were mined in first-stage order with the positive taken out of it.
+    ranks = [pos_rank] + [j if j < pos_rank else j + 1 for j in picked]
     while len(negs) < GROUP_NEGATIVES:  # rare: the first stage found fewer non-relevant chunks
         negs.append(rng.choice(pool))
-    return [(group["query"], group["pos"])] + [(group["query"], n) for n in negs]
+        ranks.append(N_CANDIDATES)
+    return [(group["query"], group["pos"])] + [(group["query"], n) for n in negs], ranks
 
 
 def validate(model, encoder: Encoder, val: list[dict], batch: int = 25) -> dict:
@@ -385,13 +396,26 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
                 order = epoch_order(epoch)
             batch_groups.append(train_groups[order[cursor]])
             cursor += 1
-        pairs = [p for g in batch_groups for p in _group_pairs(g, rng, pool)]
+        pairs, ranks = [], []
+        for g in batch_groups:
+            group_pairs, group_ranks = _group_pairs(g, rng, pool)
+            pairs += group_pairs
+            ranks += group_ranks
         feeds = encoder(pairs)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(**feeds).logits[:, 0].float()
         grouped = logits.view(len(batch_groups), 1 + GROUP_NEGATIVES)
         target = torch.zeros(len(batch_groups), dtype=torch.long)  # the positive is first in each group
-        listwise = torch.nn.functional.cross_entropy(grouped, target)
+        if args.fused_target:
+            # The label's one-hot mixed with the first stage's own order over the group: the reranker is
+            # taught where the label disagrees with the first stage, and to keep its order elsewhere.
+            prior = torch.softmax(-torch.tensor(ranks, dtype=torch.float).view_as(grouped)
+                                  / FIRST_STAGE_TEMPERATURE, dim=1)
+            soft = torch.nn.functional.one_hot(target, grouped.shape[1]).float()
+            soft = (1 - args.fused_target) * soft + args.fused_target * prior
+            listwise = torch.nn.functional.cross_entropy(grouped, soft)
+        else:
+            listwise = torch.nn.functional.cross_entropy(grouped, target)
         labels = torch.zeros_like(grouped)
         labels[:, 0] = 1.0
         pointwise = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -444,6 +468,7 @@ def train(args, work: Path, groups: list[dict], init_dir: Path) -> dict:
         "train_groups": len(train_groups), "val_queries": len(val), "init": str(init_dir),
         "kept_layers": kept_layers, "teacher": str(args.teacher) if args.teacher else None,
         "distill_weight": args.distill_weight if args.teacher else 0.0,
+        "fused_target": args.fused_target,
         "train_pairs_seen": step * args.groups_per_step * (1 + GROUP_NEGATIVES),
         "by_source": {s: sum(g["source"] == s for g in train_groups)
                       for s in ("scifact", "tatqa", "tatqa-rows", "cosqa")},
@@ -536,6 +561,14 @@ def _left_out_line(args) -> str:
             "this build measures how the recipe does on a domain it did not see, and is not the shipped model.\n\n")
 
 
+def _fused_line(args) -> str:
+    if not args.fused_target:
+        return ""
+    share = args.fused_target
+    return (f"\n- fused target: the listwise target is {1 - share:g} x the label + {share:g} x the first "
+            f"stage's order over the group (softmax of -rank / {FIRST_STAGE_TEMPERATURE:g})")
+
+
 def write_card(out: Path, args, counts: dict, trained: dict, agreement: dict, mine_seconds: float,
                total_seconds: float) -> None:
     import torch
@@ -580,7 +613,7 @@ Each training step samples {GROUP_NEGATIVES} of them per group.
   the checkpoint, classifier fresh)
 - loss: listwise softmax cross-entropy over each group (1 positive + {GROUP_NEGATIVES} hard negatives) — what a reranker
   is for is the order within one query's candidates — plus {args.bce_weight} x pointwise BCE (positive weight
-  {GROUP_NEGATIVES}) so that sigmoid(logit) is a usable 0-1 relevance, not just an order
+  {GROUP_NEGATIVES}) so that sigmoid(logit) is a usable 0-1 relevance, not just an order{_fused_line(args)}
 - {trained['steps']} steps x {args.groups_per_step} groups x {1 + GROUP_NEGATIVES} pairs = {trained['train_pairs_seen']:,} pairs
   seen; AdamW (fused) lr {args.lr}, 6% warm-up then linear decay, weight decay 0.01, grad clip 1.0,
   bf16 autocast, seed {SEED}, max_length {args.max_length}
@@ -648,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=0, help="keep this many evenly spaced encoder layers")
     parser.add_argument("--teacher", type=Path, default=None, help="a trained reranker checkpoint to distil from")
     parser.add_argument("--distill-weight", type=float, default=1.0)
+    parser.add_argument("--fused-target", type=float, default=0.0, metavar="SHARE",
+                        help="train each group towards (1 - SHARE) x the label + SHARE x the first stage's "
+                             f"order (softmax of -rank / {FIRST_STAGE_TEMPERATURE:g}); 0: the label alone")
     parser.add_argument("--stage", choices=["all", "mine", "train", "export"], default="all")
     parser.add_argument("--leave-out", action="append", default=[], choices=[s.name for s in SOURCES],
                         help="train without this source (leave-one-domain-out; repeatable); it is not mined")
