@@ -4,6 +4,8 @@ over BM25Retriever and a vector store), both inside LCEL chains; faults and bad 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers import FailingReranker
@@ -110,7 +112,7 @@ def test_retriever_bad_input_is_a_value_error_with_funnels_message(index, tmp_pa
 
 def test_reranker_defaults_to_the_int8_builtin_on_plain_documents():
     reranker = FunnelReranker()
-    assert reranker.second_stage.reranker.name == "funnel-reranker-minilm-int8@192"
+    assert re.fullmatch(r"funnel-reranker-minilm\.[0-9a-f]{8}-int8@192", reranker.second_stage.reranker.name)
     assert reranker.second_stage.policy == GuaranteedSlots(g=2)
     texts = ["The weather is mild in spring.", "Bananas are yellow.", "Paris is the capital of France.",
              "Iris Kallas is the CEO of Zentara Robotics.", "Tea is brewed with hot water."]

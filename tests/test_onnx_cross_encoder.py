@@ -91,6 +91,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.n
     return out, weights
 
 
+def _source_hash(model_dir: Path) -> str:
+    return json.loads((model_dir / "funnel_model.json").read_text())["source_sha256"]
+
+
 def _candidates(texts: list[str]) -> list[Candidate]:
     return [
         Candidate(
@@ -148,7 +152,7 @@ def test_reranker_scores_match_reference(tiny: tuple[Path, dict]) -> None:
     out, weights = tiny
     reranker = OnnxCrossEncoder(out, quantized=False, max_length=32, batch_size=2, threads=1)
     assert isinstance(reranker, Reranker)
-    assert reranker.name == "tiny-ce"
+    assert reranker.name == f"tiny-ce.{_source_hash(out)[:8]}"  # the weights' fingerprint: see below
     query, texts = "w1 w2 w3", ["w4 w5", _words(10, 12), "w9", "w20 w21 w22 w23"]
     result = reranker.rerank(query, _candidates(texts))
     assert result.truncated == ()
@@ -288,8 +292,40 @@ def test_a_window_other_than_the_model_own_is_part_of_the_name(tiny: tuple[Path,
     # A score depends on the window, so the rerank cache and a stored calibration must tell them apart.
     out, _ = tiny
     own = OnnxCrossEncoder(out, quantized=False, threads=1)
-    assert (own.name, own.max_length) == ("tiny-ce", 32)  # the model's max_length from funnel_model.json
+    fingerprint = _source_hash(out)[:8]
+    assert (own.name, own.max_length) == (f"tiny-ce.{fingerprint}", 32)  # max_length from funnel_model.json
     shorter = OnnxCrossEncoder(out, quantized=False, max_length=16, threads=1)
-    assert shorter.name == "tiny-ce@16"
+    assert shorter.name == f"tiny-ce.{fingerprint}@16"
     long_text = _words(10, 30)
     assert own.rerank("w1", _candidates([long_text])).raw_scores != shorter.rerank("w1", _candidates([long_text])).raw_scores
+
+
+def test_two_builds_of_one_model_name_never_share_a_calibration(tiny: tuple[Path, dict], tmp_path: Path) -> None:
+    # Every train_reranker.py build is "funnel-reranker-minilm": the weights' fingerprint in the name is what
+    # keeps a calibration (or a cached score) made with one build from being used with another.
+    import shutil
+
+    from funnel.calibrate import Calibration
+    from funnel.rerank.policies import RerankPolicy
+
+    out, _ = tiny
+    retrained = shutil.copytree(out, tmp_path / "retrained")
+    meta = json.loads((retrained / "funnel_model.json").read_text())
+    meta["source_sha256"] = "f" * 64  # another checkpoint converted under the same name
+    (retrained / "funnel_model.json").write_text(json.dumps(meta))
+    first = OnnxCrossEncoder(out, quantized=False, threads=1)
+    second = OnnxCrossEncoder(retrained, quantized=False, threads=1)
+    assert first.name != second.name and second.name == "tiny-ce.ffffffff"
+    calibration = Calibration(RerankPolicy.RRF, 0.5, "measured", reranker=first.name, embedder="e",
+                              index_version=1, index_chunks=10)
+    assert calibration.mismatch(first.name, "e") is None
+    assert calibration.mismatch(second.name, "e") == f"calibrated with reranker {first.name}, not {second.name}"
+
+    # A model directory from elsewhere, with no recorded source hash: the model file's own bytes decide.
+    del meta["source_sha256"]
+    (retrained / "funnel_model.json").write_text(json.dumps(meta))
+    unrecorded = OnnxCrossEncoder(retrained, quantized=False, threads=1).name
+    assert unrecorded.startswith("tiny-ce.") and unrecorded not in (first.name, second.name)
+    with open(retrained / "model.onnx", "ab") as fh:
+        fh.write(b"\0")  # other bytes: another model, as far as anyone can tell
+    assert OnnxCrossEncoder(retrained, quantized=False, threads=1).name != unrecorded

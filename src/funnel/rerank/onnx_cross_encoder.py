@@ -12,6 +12,7 @@ Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,13 @@ class OnnxCrossEncoder(OnnxModel):
                     f"cross-encoder file missing: {path} (rebuild with python -m funnel.onnx.build "
                     "--cross-encoder, or use quantized=True where only the int8 model is shipped)"
                 )
-        # Scores depend on the window, so a non-default one is part of the name (rerank cache, calibration).
-        self.name: str = meta["name"] + ("-int8" if quantized else "") + (
-            f"@{max_length}" if max_length != own_length else ""
+        # The name keys the rerank cache and a stored calibration, so it says which weights and which window
+        # made a score: many builds share a model name (every `train_reranker.py` build is
+        # funnel-reranker-minilm), so the weights' fingerprint is part of it, and so is a window other than
+        # the model's own.
+        self.name: str = (
+            f"{meta['name']}.{_fingerprint(meta, self.model_path)}" + ("-int8" if quantized else "")
+            + (f"@{max_length}" if max_length != own_length else "")
         )
         self.max_length = max_length
         self.batch_size = max(1, batch_size)
@@ -148,6 +153,19 @@ class OnnxCrossEncoder(OnnxModel):
             f"OnnxCrossEncoder({str(self.model_dir)!r}, quantized={self.quantized}, "
             f"max_length={self.max_length}, threads={self.threads})"
         )
+
+
+def _fingerprint(meta: dict, model_path: Path) -> str:
+    """8 hex digits that tell one model's weights from another's: the builder's hash of the checkpoint it
+    converted (funnel_model.json's source_sha256), else a hash of the model file itself."""
+    recorded = str(meta.get("source_sha256") or "")
+    if recorded:
+        return recorded[:8]
+    digest = hashlib.sha256()
+    with open(model_path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:8]
 
 
 def _pad(encodings: list[Any]) -> dict[str, np.ndarray]:
