@@ -280,3 +280,38 @@ def replace_path(c):
     from dataclasses import replace
 
     return replace(c, path=f"docs/{c.doc_id}.txt")
+
+
+def test_the_best_of_six_useless_options_is_rarely_trusted():
+    # Six options that only add noise to the first stage's reciprocal ranks: picking the best of them and
+    # testing it alone would trust one far more often than 5% of the time; the max-T test must not.
+    from funnel.calibrate import _best_of_p
+
+    rng = np.random.default_rng(7)
+    single, family, trials = 0, 0, 300
+    for _ in range(trials):
+        diffs = rng.normal(0.0, 0.2, size=(80, 6)) * (rng.random((80, 6)) < 0.4)  # most queries unchanged
+        best = int(np.argmax(diffs.mean(axis=0)))
+        single += _best_of_p(diffs[:, [best]], 0, rounds=400) < 0.05
+        family += _best_of_p(diffs, best, rounds=400) < 0.05
+    assert single / trials > 0.08  # the naive test's false trust: about 6 x 5% / 2 (one side)
+    assert family / trials <= 0.05
+
+    # A real gain is still found: one option that helps on most queries.
+    diffs = rng.normal(0.0, 0.2, size=(80, 6)) * (rng.random((80, 6)) < 0.4)
+    diffs[:, 2] = np.abs(diffs[:, 2]) + 0.02
+    assert _best_of_p(diffs, 2) < 0.01
+
+
+def test_a_small_real_gain_is_not_drowned_by_an_option_that_moves_ranks_a_lot():
+    # `replace` moves reciprocal ranks far more than rrf:0.25 does; the best-of-six test scales each option by
+    # its own spread, else replace's swings would set the bar and hide a small, steady gain (measured: ADI).
+    from funnel.calibrate import _best_of_p
+
+    rng = np.random.default_rng(3)
+    diffs = rng.normal(0.0, 0.05, size=(80, 6)) * (rng.random((80, 6)) < 0.3)
+    diffs[:, 5] = (-np.abs(rng.normal(0.0, 0.4, 80)) * (rng.random(80) < 0.5)
+                   + rng.normal(0.0, 0.3, 80) * (rng.random(80) < 0.2))  # replace-like: large moves, worse
+    diffs[:, 1] = 0.06 * (rng.random(80) < 0.3) + rng.normal(0.0, 0.02, 80) * (rng.random(80) < 0.3)
+    assert int(np.argmax(diffs.mean(axis=0))) == 1
+    assert _best_of_p(diffs, 1) < 0.01
