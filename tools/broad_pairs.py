@@ -160,7 +160,7 @@ def stackexchange(files: list[Path], queries: int) -> tuple[list[dict], dict[str
             records.append({"_id": doc_id, "title": "", "text": text})
             asked[f"q-{doc_id}"] = (title, doc_id)
             # The question as asked, too: a need described in a few sentences, not a title's few words.
-            words = " ".join(_post_text(question.get("Body", "")).split()).split(" ")
+            words = _post_text(question.get("Body", "")).split()
             if len(words) >= 12:
                 post = " ".join(words[:POST_QUERY_WORDS])
                 asked[f"q-{doc_id}-post"] = (f"{title} {post}", doc_id)

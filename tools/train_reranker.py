@@ -256,7 +256,8 @@ def _group_pairs(group: dict, rng: random.Random, pool: list[str]) -> tuple[list
     rng.shuffle(picked)
     picked = picked[:GROUP_NEGATIVES]
     negs = [group["negs"][j] for j in picked]
-    # The negatives were mined in first-stage order with the positive taken out of it.
+    # The negatives keep their first-stage order with the relevant record's chunks taken out, so a negative's
+    # index, shifted past the positive, is its rank (off by the record's other chunks, where it has any).
     ranks = [pos_rank] + [j if j < pos_rank else j + 1 for j in picked]
     while len(negs) < GROUP_NEGATIVES:  # rare: the first stage found fewer non-relevant chunks
         negs.append(rng.choice(pool))
