@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from funnel.calibrate import (
-    FIRST_STAGE, MIN_QUERIES, Calibration, Judged, calibrate, read_judged, sentence_query, title_query,
+    FIRST_STAGE, GATED, MIN_QUERIES, Calibration, Judged, calibrate, read_judged, sentence_query, title_query,
 )
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
@@ -109,13 +109,48 @@ def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     assert shallow.mrr["replace"] < result.mrr["replace"]
 
 
+class SureAndWrong(Oracle):
+    """Sure of one candidate, and always the wrong one: the best non-answer gets 1, the answers 0, the rest
+    0.5 (a lead of 0.5, so the gate lets it reorder)."""
+
+    name = "sure-and-wrong"
+
+    def rerank(self, query, candidates):
+        hit = super().rerank(query, candidates).scores
+        wrong = next((i for i, h in enumerate(hit) if not h), None)
+        return RerankResult(tuple(0.0 if h else 1.0 if i == wrong else 0.5 for i, h in enumerate(hit)))
+
+
 @pytest.mark.slow
 def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
+    # The mirror of the oracle scores every other candidate alike: never sure, so even gated it moves nothing.
     result = calibrate(store, EMB, Oracle(corpus, invert=True), n_queries=40)
     assert result.policy is RerankPolicy.NONE and result.option == "first_stage"
-    assert "did not help" in result.reason
+    assert "did not help" in result.reason and "never sure enough" in result.reason
     assert result.mrr["replace"] < result.mrr[FIRST_STAGE.name]
+    assert result.mrr[GATED.name] == result.mrr[FIRST_STAGE.name]
+    # One that is sure and wrong is caught by the gated option's own test.
+    sure = calibrate(store, EMB, SureAndWrong(corpus), n_queries=40)
+    assert sure.policy is RerankPolicy.NONE and "even where it was sure it hurt" in sure.reason, sure.reason
+    assert sure.mrr[GATED.name] < 0.5 * sure.mrr[FIRST_STAGE.name]
+
+
+def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure_of():
+    from funnel.calibrate import OPTIONS, _choose
+
+    rng = np.random.default_rng(5)
+    first = rng.random(120)
+    rr = {o.name: list(first - 0.1 * (o.name != FIRST_STAGE.name)) for o in OPTIONS}  # every option hurts a bit
+    moved = np.where(rng.random(120) < 0.2, rng.choice([-0.1, 0.1], 120), 0.0)  # the gate moves a few, both ways
+    rr[GATED.name] = list(first + moved)
+    mrr = {name: float(np.mean(v)) for name, v in rr.items()}
+    chosen, reason, _ = _choose(rr, mrr, "120 test queries")
+    assert chosen is GATED and "not shown to hurt" in reason
+    c = Calibration(chosen.policy, chosen.weight, reason, "m", "e", 1, 10, gate=chosen.gate)
+    assert c.option == "rrf:1|gate:0.2" and Calibration.from_json(json.loads(json.dumps(c.to_json()))) == c
+    old = {k: v for k, v in c.to_json().items() if k != "gate"}  # stored before the gate existed
+    assert Calibration.from_json(old).gate == 0.0 and Calibration.from_json(old).option == "rrf:1"
 
 
 def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):

@@ -391,6 +391,10 @@ def test_variant_specs_parse():
     assert [v.name for v in parse_variants(DEFAULT)] == ["bm25", "dense", "hybrid", *RERANK_VARIANTS, "default"]
     weighted = Variant.parse("hybrid+rerank(rrf:0.25)")
     assert (weighted.policy, weighted.weight, weighted.reranks) == (RerankPolicy.RRF, 0.25, True)
+    assert weighted.gate is None  # the setting's gate (0 unless set)
+    gated = Variant.parse("hybrid+rerank(rrf:1|gate:0.2)")
+    assert (gated.policy, gated.weight, gated.gate) == (RerankPolicy.RRF, 1.0, 0.2)
+    assert Variant.parse("hybrid+rerank(rrf|gate:0.1)").weight == 1.0
     assert Variant.parse("default").is_default and not Variant.parse("default").reranks
     assert [v.name for v in parse_variants("dense, bm25+rerank(rrf),")] == ["dense", "bm25+rerank(rrf)"]
 
@@ -403,6 +407,8 @@ def test_variant_specs_parse():
         ("colbert", "unknown retrieval 'colbert'; valid: hybrid, bm25, dense"),
         ("hybrid+rerank(auto)", "the calibrated policy is the `default` variant"),
         ("hybrid+rerank(replace:0.5)", "only rrf takes a weight"),
+        ("hybrid+rerank(replace|gate:0.2)", "only rrf takes a gate"),
+        ("hybrid+rerank(rrf:1|gate:x)", "bad variant 'hybrid+rerank(rrf:1|gate:x)'"),
         ("hybrid+rerank(smart)", "unknown rerank policy 'smart'; valid: none, replace, guaranteed_slots"),
         ("bm25,hybrid,bm25", "a variant is listed twice"),
         (" , ", "no variants given"),

@@ -147,6 +147,24 @@ def test_weighted_rrf_matches_the_closed_form():
     assert [h.chunk.doc_id for h in unweighted] == ["a", "b", "c", "d", "e"]  # weight 0: the first-stage order
 
 
+def test_a_gated_rrf_reorders_only_when_the_reranker_is_sure():
+    from helpers import candidates as make
+
+    cands = make(["a", "b", "c", "d"])
+    unsure = [0.5, 0.9, 0.8, 0.1]  # best leads second by 0.1
+    kept = Rrf(gate=0.2).order(cands, unsure)
+    assert [h.chunk.doc_id for h in kept] == ["a", "b", "c", "d"]  # the first-stage order stands
+    assert [h.rerank_score for h in kept] == unsure and [h.rerank_rank for h in kept] == [3, 1, 2, 4]
+    assert [h.final_score for h in kept] == sorted((h.final_score for h in kept), reverse=True)
+    sure = [0.5, 0.9, 0.6, 0.1]  # a lead of 0.3: the same as plain rrf
+    assert Rrf(gate=0.2).order(cands, sure) == Rrf().order(cands, sure)
+    assert Rrf(gate=0.2).order(cands[:1], [0.3]) == Rrf().order(cands[:1], [0.3])  # one candidate: nothing to gate
+    assert PolicyParams(rerank_gate=0.2).policy_of("rrf") == Rrf(gate=0.2)
+    assert PolicyParams(rerank_gate=0.2).policy_of("rrf", weight=0.5, gate=0.0) == Rrf(weight=0.5)
+    with pytest.raises(ConfigError, match="the rerank gate must be 0 or more"):
+        Rrf(gate=-0.1)
+
+
 def test_a_policy_object_carries_its_parameters_and_a_name_parses_into_one():
     from dataclasses import replace
 

@@ -168,7 +168,9 @@ class Pipeline:
         otherwise the first-stage order, saying why. An explicit policy is taken as it is."""
         if policy is not RerankPolicy.AUTO:
             chosen = self.config.policy_of(policy)
-            label = f"rrf:{chosen.weight:g}" if isinstance(chosen, Rrf) and chosen.weight != 1.0 else policy.value
+            label = policy.value
+            if isinstance(chosen, Rrf) and (chosen.weight != 1.0 or chosen.gate):
+                label = f"rrf:{chosen.weight:g}" + (f"|gate:{chosen.gate:g}" if chosen.gate else "")
             return ResolvedPolicy(chosen, label)
         if self.reranker is None:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", "no reranker configured")
@@ -185,7 +187,7 @@ class Pipeline:
         label = f"auto: {calibration.option}"
         if calibration.policy is RerankPolicy.NONE:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, label, f"calibration: {calibration.reason}")
-        return ResolvedPolicy(self.config.policy_of(calibration.policy, calibration.weight), label)
+        return ResolvedPolicy(self.config.policy_of(calibration.policy, calibration.weight, calibration.gate), label)
 
     def ingest(
         self, paths: list[str | Path], progress: Progress | None = None, pages: PageProgress | None = None

@@ -174,7 +174,9 @@ def run_eval(
 def _policy(pipeline: Pipeline, variant: Variant) -> Policy:
     """The variant's policy with the pipeline's parameters, and the variant's own reranker weight under rrf."""
     policy = pipeline.plan("", policy=variant.policy).policy.policy
-    return replace(policy, weight=variant.weight) if isinstance(policy, Rrf) else policy
+    if not isinstance(policy, Rrf):
+        return policy
+    return replace(policy, weight=variant.weight, gate=policy.gate if variant.gate is None else variant.gate)
 
 
 def _run_variant(

@@ -89,18 +89,30 @@ class GuaranteedSlots:
 @dataclass(frozen=True)
 class Rrf:
     """`rrf`: reciprocal-rank fusion of the first-stage rank and the reranker rank, the reranker's rank
-    carrying `weight`."""
+    carrying `weight`. With a `gate`, the reranker reorders a query only when its best score leads its
+    second by at least `gate` (it is sure of one candidate); otherwise the first-stage order stands, its
+    scores still shown."""
 
     k: float = 60.0
     weight: float = 1.0
+    gate: float = 0.0
     kind = RerankPolicy.RRF
 
     def __post_init__(self):
         _not_negative("the reranker weight", self.weight)
+        _not_negative("the rerank gate", self.gate)
 
     def order(self, candidates: list[Candidate], scores: list[float]) -> list[Hit]:
+        if self.gate and len(scores) > 1 and not self.sure(scores):
+            order = list(range(len(candidates)))
+            return _hits(candidates, scores, order, {i: 1.0 / (self.k + i + 1) for i in order})
         fused = rrf([list(range(len(candidates))), _by_score(scores)], k=self.k, weights=[1.0, self.weight])
         return _hits(candidates, scores, [i for i, _ in fused], dict(fused))
+
+    def sure(self, scores: list[float]) -> bool:
+        """Whether the reranker's best score leads its second by the gate."""
+        best, second = sorted(scores, reverse=True)[:2]
+        return best - second >= self.gate
 
 
 def _not_negative(what: str, value: float) -> None:
@@ -126,21 +138,26 @@ class PolicyParams:
     rerank_rrf_k: float = field(
         default=Rrf.k, metadata={"gt": 0, "description": "the RRF k of policy rrf (first stage + reranker)"}
     )
+    rerank_gate: float = field(
+        default=Rrf.gate, metadata={"ge": 0, "description": "under policy rrf, the lead the reranker's best score "
+                                    "needs over its second before it reorders a query (0: always)"}
+    )
 
     def __post_init__(self):
         for kind in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF):
             self.policy_of(kind)  # each policy checks its own parameters
 
-    def policy_of(self, kind: RerankPolicy | str, weight: float | None = None) -> Policy:
-        """The policy object `kind` names with these parameters (`weight`: the reranker's under rrf, when a
-        calibration or an eval variant sets its own)."""
+    def policy_of(self, kind: RerankPolicy | str, weight: float | None = None, gate: float | None = None) -> Policy:
+        """The policy object `kind` names with these parameters (`weight` and `gate`: the reranker's under rrf,
+        when a calibration or an eval variant sets its own)."""
         kind = RerankPolicy.parse(kind)
         if kind is RerankPolicy.AUTO:
             raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
         if kind is RerankPolicy.GUARANTEED_SLOTS:
             return GuaranteedSlots(self.guaranteed)
         if kind is RerankPolicy.RRF:
-            return Rrf(self.rerank_rrf_k, self.rerank_weight if weight is None else weight)
+            return Rrf(self.rerank_rrf_k, self.rerank_weight if weight is None else weight,
+                       self.rerank_gate if gate is None else gate)
         return Replace() if kind is RerankPolicy.REPLACE else FirstStageOnly()
 
 
