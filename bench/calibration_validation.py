@@ -42,7 +42,7 @@ OPTIONS = {  # calibration option -> eval variant
     "rrf:2": "hybrid+rerank(rrf:2)",
     "guaranteed_slots": "hybrid+rerank(guaranteed_slots)",
     "replace": "hybrid+rerank(replace)",
-    "rrf:1|gate:0.2": "hybrid+rerank(rrf:1|gate:0.2)",  # calibrate.GATED: the choice when no option is shown to help
+    "rrf:1|gate:0.2": "hybrid+rerank(rrf:1|gate:0.2)",  # calibrate.GATED: when no option is shown to help
 }
 
 

@@ -1,7 +1,7 @@
 """A gate on the reranker's score gap: rrf that reorders a query only when the reranker's best score leads its
 second by at least GATE (`Rrf.gate`), replayed for many gates and weights over one scoring per query.
 
-    python bench/score_gate.py --split test --model builtin                       # the seven sets' test queries
+    python bench/score_gate.py --split test --model builtin                        # the seven test splits
     python bench/score_gate.py --split dev --model onnx:DIR --sets scifact cosqa tatqa   # SciFact: train
     python bench/score_gate.py --split test --model builtin --table               # the BENCHMARKS.md table
 
@@ -46,7 +46,8 @@ def windows(name: str, split: str, model: str, limit: int | None) -> tuple[list,
     depth = max(product.first_stage.per_retriever, product.candidates, 300)
     queries = []
     for qid, query in suite.evalset.queries.items():
-        window, deep = (w[Retrieval.HYBRID] for w in runner._first_stages(pipeline, query, Retrieval.HYBRID, depth))
+        both = runner._first_stages(pipeline, query, Retrieval.HYBRID, depth)
+        window, deep = (w[Retrieval.HYBRID] for w in both)
         scored = pipeline.second_stage(pipeline.plan(query, policy=RerankPolicy.REPLACE), window)
         by_id = {h.chunk.chunk_id: h.rerank_score for h in scored.hits if h.rerank_score is not None}
         scores = [by_id[c.chunk.chunk_id] for c in window[: len(by_id)]]
@@ -70,7 +71,7 @@ def sure(scores: list[float], gate: float) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", nargs="*", default=["scifact", "tatqa", "cosqa", "cacm", "lisa", "time", "adi"])
+    parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--split", default="test", help="test, or dev (SciFact train, CoSQA and TAT-QA dev)")
     parser.add_argument("--model", default="builtin", help="a reranker spec: builtin, onnx:DIR")
     parser.add_argument("--limit", type=int, default=None, help="queries per set (default: all; TAT-QA 400)")
@@ -82,7 +83,8 @@ def main() -> None:
     weights = [float(w) for w in args.weights.split(",")]
     pooled: dict[str, list[np.ndarray]] = {}
     for name in args.sets:
-        queries, evalset = windows(name, args.split, args.model, args.limit or (400 if name == "tatqa" else None))
+        limit = args.limit or (400 if name == "tatqa" else None)
+        queries, evalset = windows(name, args.split, args.model, limit)
         hybrid = ndcg(queries, evalset, None)
         pooled.setdefault("hybrid", []).append(hybrid)
         if args.table:

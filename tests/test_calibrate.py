@@ -141,8 +141,8 @@ def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure
 
     rng = np.random.default_rng(5)
     first = rng.random(120)
-    rr = {o.name: list(first - 0.1 * (o.name != FIRST_STAGE.name)) for o in OPTIONS}  # every option hurts a bit
-    moved = np.where(rng.random(120) < 0.2, rng.choice([-0.1, 0.1], 120), 0.0)  # the gate moves a few, both ways
+    rr = {o.name: list(first - 0.1 * (o.name != FIRST_STAGE.name)) for o in OPTIONS}  # every option hurts
+    moved = np.where(rng.random(120) < 0.2, rng.choice([-0.1, 0.1], 120), 0.0)  # a few move, both ways
     rr[GATED.name] = list(first + moved)
     mrr = {name: float(np.mean(v)) for name, v in rr.items()}
     chosen, reason, _ = _choose(rr, mrr, "120 test queries")

@@ -158,7 +158,7 @@ def test_a_gated_rrf_reorders_only_when_the_reranker_is_sure():
     assert [h.final_score for h in kept] == sorted((h.final_score for h in kept), reverse=True)
     sure = [0.5, 0.9, 0.6, 0.1]  # a lead of 0.3: the same as plain rrf
     assert Rrf(gate=0.2).order(cands, sure) == Rrf().order(cands, sure)
-    assert Rrf(gate=0.2).order(cands[:1], [0.3]) == Rrf().order(cands[:1], [0.3])  # one candidate: nothing to gate
+    assert Rrf(gate=0.2).order(cands[:1], [0.3]) == Rrf().order(cands[:1], [0.3])  # one candidate: no gate
     assert PolicyParams(rerank_gate=0.2).policy_of("rrf") == Rrf(gate=0.2)
     assert PolicyParams(rerank_gate=0.2).policy_of("rrf", weight=0.5, gate=0.0) == Rrf(weight=0.5)
     with pytest.raises(ConfigError, match="the rerank gate must be 0 or more"):

@@ -118,7 +118,7 @@ class Calibration:
     created: str = ""
     source: str = GENERATED  # where the queries came from: GENERATED from the documents, or JUDGED by a person
     judged: list[dict] = field(default_factory=list)  # the judged queries ({query, relevant}), measured again later
-    gate: float = 0.0  # under rrf: the lead of the reranker's best score over its second it needs to reorder a query
+    gate: float = 0.0  # under rrf: the lead of its best score over its second the reranker needs to reorder
     format: int = FORMAT
 
     @property
@@ -460,8 +460,9 @@ def _decide(
     }
     chosen, reason, p = _choose(rr, mrr, described)
     return Calibration(
-        chosen.policy, chosen.weight, reason, gate=chosen.gate, queries=len(queries), mrr=mrr, mrr_by_kind=mrr_by_kind,
-        window_recall=window_recall, p_value=p, seconds=time.perf_counter() - started, **made,
+        chosen.policy, chosen.weight, reason, gate=chosen.gate, queries=len(queries), mrr=mrr,
+        mrr_by_kind=mrr_by_kind, window_recall=window_recall, p_value=p, seconds=time.perf_counter() - started,
+        **made,
     )
 
 
@@ -473,7 +474,7 @@ def _measure(
     index itself when `sources` is None: judged queries edit nothing), and the share of queries whose answer
     the window held."""
     fs, candidates = config.first_stage, config.candidates
-    policies = {option.name: config.policy_of(option.policy, option.weight, option.gate) for option in MEASURED}
+    policies = {o.name: config.policy_of(o.policy, o.weight, o.gate) for o in MEASURED}
     rr: dict[str, list[float]] = {option.name: [] for option in MEASURED}
     in_window = 0
     with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
@@ -519,11 +520,13 @@ def _choose(rr: dict[str, list[float]], mrr: dict[str, float], described: str) -
     gated = mrr[GATED.name]
     change = np.asarray(rr[GATED.name]) - np.asarray(rr[FIRST_STAGE.name])
     if not change.any():  # never sure enough to move an answer: running it would cost time for nothing
-        return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}) and was never sure enough "
-                             f"to move an answer under {GATED.name}; the first-stage order is kept"), p
+        return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}) and was never sure "
+                             f"enough to move an answer under {GATED.name}; the first-stage order is kept"), p
     hurt = _best_of_p(change[:, None], 0)
     if first - gated >= MIN_GAIN and hurt < MAX_P:
         return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}), and even where it was "
-                             f"sure it hurt ({GATED.name}: {gated:.3f}, p={hurt:.3f}); the first-stage order is kept"), p
+                             f"sure it hurt ({GATED.name}: {gated:.3f}, p={hurt:.3f}); the first-stage order "
+                             "is kept"), p
     return GATED, (f"the reranker did not help on {described} ({measured}); it reorders only the queries "
-                   f"where it is sure of one candidate ({GATED.name}: MRR@10 {gated:.3f}, not shown to hurt)"), p
+                   f"where it is sure of one candidate ({GATED.name}: MRR@10 {gated:.3f}, not shown to "
+                   "hurt)"), p

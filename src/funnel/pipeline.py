@@ -187,7 +187,8 @@ class Pipeline:
         label = f"auto: {calibration.option}"
         if calibration.policy is RerankPolicy.NONE:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, label, f"calibration: {calibration.reason}")
-        return ResolvedPolicy(self.config.policy_of(calibration.policy, calibration.weight, calibration.gate), label)
+        chosen = self.config.policy_of(calibration.policy, calibration.weight, calibration.gate)
+        return ResolvedPolicy(chosen, label)
 
     def ingest(
         self, paths: list[str | Path], progress: Progress | None = None, pages: PageProgress | None = None

@@ -1,5 +1,5 @@
-"""Pipeline variants evaluated side by side: `{bm25|dense|hybrid}[+rerank(POLICY[:WEIGHT][|gate:GATE])]`, and `default`:
-exactly what `funnel search` returns with the settings and the index's calibration in force."""
+"""Pipeline variants evaluated side by side: `{bm25|dense|hybrid}[+rerank(POLICY[:WEIGHT][|gate:GATE])]`, and
+`default`: exactly what `funnel search` returns with the settings and the index's calibration in force."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ DEFAULT = (
     "bm25,dense,hybrid,hybrid+rerank(replace),hybrid+rerank(guaranteed_slots),hybrid+rerank(rrf),default"
 )
 DEFAULT_VARIANT = "default"
-_SPEC = re.compile(r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[a-z_]+)(?::(?P<weight>[0-9.]+))?(?:\|gate:(?P<gate>[0-9.]+))?\))?$")
+_SPEC = re.compile(
+    r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[a-z_]+)(?::(?P<weight>[0-9.]+))?(?:\|gate:(?P<gate>[0-9.]+))?\))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Variant:
     retrieval: Retrieval
     policy: RerankPolicy  # NONE: first stage only
     weight: float = 1.0  # the reranker's weight under rrf
-    gate: float | None = None  # under rrf: the lead of the reranker's best score it needs (None: the setting's)
+    gate: float | None = None  # under rrf: the lead the reranker's best score needs (None: the setting's)
 
     @property
     def reranks(self) -> bool:
@@ -43,7 +45,8 @@ class Variant:
         if not match:
             raise ConfigError(
                 f"bad variant {spec!r}; expected bm25, dense or hybrid, optionally +rerank(POLICY), "
-                f"e.g. hybrid+rerank(guaranteed_slots), hybrid+rerank(rrf:0.5) or hybrid+rerank(rrf:1|gate:0.2), or default"
+                "e.g. hybrid+rerank(guaranteed_slots), hybrid+rerank(rrf:0.5) or hybrid+rerank(rrf:1|gate:0.2), "
+                "or default"
             )
         retrieval = Retrieval.parse(match["base"])
         policy = RerankPolicy.parse(match["policy"]) if match["policy"] else RerankPolicy.NONE
@@ -54,8 +57,8 @@ class Variant:
             if match[part] is None:
                 continue
             if policy is not RerankPolicy.RRF:
-                raise ConfigError(f"bad variant {spec!r}: only rrf takes a {part}, e.g. hybrid+rerank(rrf:0.5) or "
-                                  "hybrid+rerank(rrf:1|gate:0.2)")
+                raise ConfigError(f"bad variant {spec!r}: only rrf takes a {part}, e.g. hybrid+rerank(rrf:0.5) "
+                                  "or hybrid+rerank(rrf:1|gate:0.2)")
             try:
                 value = float(match[part])
             except ValueError:

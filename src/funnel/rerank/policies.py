@@ -139,17 +139,20 @@ class PolicyParams:
         default=Rrf.k, metadata={"gt": 0, "description": "the RRF k of policy rrf (first stage + reranker)"}
     )
     rerank_gate: float = field(
-        default=Rrf.gate, metadata={"ge": 0, "description": "under policy rrf, the lead the reranker's best score "
-                                    "needs over its second before it reorders a query (0: always)"}
+        default=Rrf.gate,
+        metadata={"ge": 0, "description": "under policy rrf, the lead the reranker's best score needs over its "
+                                          "second before it reorders a query (0: always)"},
     )
 
     def __post_init__(self):
         for kind in (RerankPolicy.GUARANTEED_SLOTS, RerankPolicy.RRF):
             self.policy_of(kind)  # each policy checks its own parameters
 
-    def policy_of(self, kind: RerankPolicy | str, weight: float | None = None, gate: float | None = None) -> Policy:
-        """The policy object `kind` names with these parameters (`weight` and `gate`: the reranker's under rrf,
-        when a calibration or an eval variant sets its own)."""
+    def policy_of(
+        self, kind: RerankPolicy | str, weight: float | None = None, gate: float | None = None
+    ) -> Policy:
+        """The policy object `kind` names with these parameters (`weight` and `gate`: the reranker's under
+        rrf, when a calibration or an eval variant sets its own)."""
         kind = RerankPolicy.parse(kind)
         if kind is RerankPolicy.AUTO:
             raise ValueError("the auto policy is resolved from the index's calibration before it is applied")
