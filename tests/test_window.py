@@ -6,10 +6,10 @@ from funnel.apps.cli import window_note
 from funnel.group import group
 from funnel.index.base import ScoredChunk
 from funnel.retrieve.first_stage import FirstStageConfig, fuse
-from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.rerank.policies import RerankPolicy, Rrf, second_stage
 from funnel.types import RerankStatus, SearchResult
 
-from helpers import chunk
+from helpers import ScriptedReranker, chunk
 
 
 def scored(chunks):
@@ -81,3 +81,17 @@ def test_explain_says_the_cap_shaped_the_window_and_what_the_reranker_received()
     plain = fuse(scored([chunk(f"d{i}") for i in range(4)]), [], 25, FirstStageConfig(), max_per_document=3)
     hits = second_stage("q", plain, None, RerankPolicy.NONE).hits
     assert "cap" not in window_note(SearchResult("q", (), tuple(hits), RerankStatus.SKIPPED))
+
+
+def test_explain_says_whether_the_gate_let_the_reranker_reorder():
+    window = fuse(scored([chunk(f"d{i}") for i in range(4)]), [], 25, FirstStageConfig())
+    for scores, says in (({"d0": 0.2, "d1": 0.95, "d2": 0.9, "d3": 0.1}, "led its second by 0.050, under the gate 0.2, so "
+                          "the first-stage order stands"),
+                         ({"d0": 0.2, "d1": 0.95, "d2": 0.5, "d3": 0.1}, "led its second by 0.450, at least the gate 0.2, "
+                          "so it reordered")):
+        hits = second_stage("q", window, ScriptedReranker(scores), Rrf(gate=0.2)).hits
+        result = SearchResult("q", (), tuple(hits), RerankStatus.OK, policy="auto: rrf:1|gate:0.2")
+        assert says in window_note(result)
+        assert [h.chunk.doc_id for h in hits][0] == ("d0" if "stands" in says else "d1")
+    ungated = SearchResult("q", (), tuple(hits), RerankStatus.OK, policy="rrf")
+    assert "gate" not in window_note(ungated)

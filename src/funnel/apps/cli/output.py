@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 
 from rich.table import Table
@@ -77,6 +78,13 @@ def window_note(result: SearchResult) -> str:
     if filled:
         line += (f"; the cap of chunks per document would have left {n - filled}, so {filled} chunks past "
                  "the cap (marked) filled the window")
+    gate = re.search(r"\|gate:([0-9.]+)", result.policy)
+    scores = sorted((h.rerank_score for h in result.hits if h.rerank_score is not None), reverse=True)
+    if gate and len(scores) > 1:
+        lead, needed = scores[0] - scores[1], float(gate[1])
+        line += (f"; its best score led its second by {lead:.3f}, " + (
+            f"at least the gate {needed:g}, so it reordered" if lead >= needed
+            else f"under the gate {needed:g}, so the first-stage order stands"))
     return line
 
 
