@@ -49,7 +49,7 @@ from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy, ordered
+from funnel.rerank.policies import RerankPolicy, Rrf, ordered
 from funnel.retrieve.first_stage import FirstStageConfig, first_stage, retrieve
 from funnel.types import Chunk
 
@@ -124,7 +124,7 @@ class Calibration:
     @property
     def option(self) -> str:
         if self.policy is RerankPolicy.RRF:
-            return f"rrf:{self.weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
+            return Rrf(weight=self.weight, gate=self.gate).label
         return "first_stage" if self.policy is RerankPolicy.NONE else self.policy.value
 
     def to_json(self) -> dict:

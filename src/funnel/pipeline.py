@@ -168,9 +168,8 @@ class Pipeline:
         otherwise the first-stage order, saying why. An explicit policy is taken as it is."""
         if policy is not RerankPolicy.AUTO:
             chosen = self.config.policy_of(policy)
-            label = policy.value
-            if isinstance(chosen, Rrf) and (chosen.weight != 1.0 or chosen.gate):
-                label = f"rrf:{chosen.weight:g}" + (f"|gate:{chosen.gate:g}" if chosen.gate else "")
+            plain = not isinstance(chosen, Rrf) or (chosen.weight == 1.0 and not chosen.gate)
+            label = policy.value if plain else chosen.label
             return ResolvedPolicy(chosen, label)
         if self.reranker is None:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", "no reranker configured")

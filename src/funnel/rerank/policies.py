@@ -109,6 +109,11 @@ class Rrf:
         fused = rrf([list(range(len(candidates))), _by_score(scores)], k=self.k, weights=[1.0, self.weight])
         return _hits(candidates, scores, [i for i, _ in fused], dict(fused))
 
+    @property
+    def label(self) -> str:
+        """`rrf:W|gate:G` as calibrations, variants and results name it (`|gate` only when there is one)."""
+        return f"rrf:{self.weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
+
     def sure(self, scores: list[float]) -> bool:
         """Whether the reranker's best score leads its second by the gate."""
         best, second = sorted(scores, reverse=True)[:2]
