@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from funnel.apps.cli.common import err, out, styled
+from funnel.rerank.policies import Rrf
 from funnel.types import Answer, SearchResult
 
 
@@ -81,9 +82,9 @@ def window_note(result: SearchResult) -> str:
     gate = re.search(r"\|gate:([0-9.]+)", result.policy)
     scores = sorted((h.rerank_score for h in result.hits if h.rerank_score is not None), reverse=True)
     if gate and len(scores) > 1:
-        lead, needed = scores[0] - scores[1], float(gate[1])
-        line += (f"; its best score led its second by {lead:.3f}, " + (
-            f"at least the gate {needed:g}, so it reordered" if lead >= needed
+        needed = float(gate[1])
+        line += (f"; its best score led its second by {scores[0] - scores[1]:.3f}, " + (
+            f"at least the gate {needed:g}, so it reordered" if Rrf(gate=needed).sure(scores)
             else f"under the gate {needed:g}, so the first-stage order stands"))
     return line
 
