@@ -8,7 +8,7 @@ import pytest
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter
-from funnel.index.bm25_text import lexical_text
+from funnel.analyze import lexical_text
 from funnel.index.lance import LanceStore
 
 from helpers import chunk
@@ -58,6 +58,38 @@ class StoreContract:
     def test_camel_case_identifiers_match_their_parts(self, store):
         _write(store, CORPUS)
         assert store.search_lexical("user service", 1)[0].chunk.chunk_id == "a#0"
+
+    @pytest.mark.parametrize("analyzer", ["cjk", "korean"])
+    def test_korean_nouns_match_whatever_particle_is_attached(self, store, analyzer):
+        korean = [
+            chunk("k1", 0, "서울에서 열린 회의는 세 시에 끝났다.", path="k1.md"),
+            chunk("k2", 0, "부산과 대구는 남쪽에 있는 도시다.", path="k2.md"),
+            chunk("e1", 0, "The meeting in Seoul ended at three.", path="e1.md"),
+        ]
+        with store.transaction(EMB.name, EMB.dim, analyzer) as tx:
+            tx.add(korean, EMB.embed([c.text for c in korean]))
+        assert store.info().analyzer == analyzer
+        assert store.search_lexical("서울의 회의", 3)[0].chunk.chunk_id == "k1#0"
+        assert store.search_lexical("대구가 어디에 있나요", 3)[0].chunk.chunk_id == "k2#0"
+        # a mixed index: the English question finds the English passage
+        assert store.search_lexical("When did the meeting end?", 3)[0].chunk.chunk_id == "e1#0"
+
+    def test_an_index_keeps_its_analyzer_and_refuses_another_in_one_line(self, store):
+        with store.transaction(EMB.name, EMB.dim, "cjk") as tx:
+            tx.add(CORPUS[:1], EMB.embed([CORPUS[0].text]))
+        with pytest.raises(ConfigError, match="analyzed with cjk, not english") as e:
+            with store.transaction(EMB.name, EMB.dim, "english"):
+                pass
+        assert "\n" not in str(e.value)
+        _write(store, CORPUS[1:2])  # auto: the index's own
+        assert (store.info().analyzer, store.info().chunks) == ("cjk", 2)
+
+    def test_the_english_analyzer_matches_korean_words_whole(self, store):
+        doc = [chunk("k", 0, "서울에서 열린 회의", path="k.md")]
+        with store.transaction(EMB.name, EMB.dim, "english") as tx:
+            tx.add(doc, EMB.embed([doc[0].text]))
+        assert store.search_lexical("서울", 1) == []
+        assert store.search_lexical("서울에서", 1)[0].chunk.chunk_id == "k#0"
 
     def test_query_syntax_is_plain_text(self, store):
         _write(store, CORPUS)

@@ -19,7 +19,7 @@ from funnel.index import location_label, open_store  # noqa: E402
 from funnel.index import postgres_tables  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
 from funnel.index.bm25_text import Analyzer, idf, score, term_weight  # noqa: E402
-from funnel.index.bm25_text import lexical_text  # noqa: E402
+from funnel.analyze import lexical_text  # noqa: E402
 from funnel.index.lance import LanceStore  # noqa: E402
 from funnel.index.postgres import PgStore  # noqa: E402
 

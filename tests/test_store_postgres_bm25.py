@@ -14,7 +14,8 @@ psycopg = pytest.importorskip("psycopg")
 from funnel.errors import StoreError  # noqa: E402
 from funnel.index import postgres_blocks, postgres_bm25  # noqa: E402
 from funnel.index.base import Filter  # noqa: E402
-from funnel.index.bm25_text import Analyzer, lexical_text, score  # noqa: E402
+from funnel.analyze import lexical_text  # noqa: E402
+from funnel.index.bm25_text import Analyzer, score
 from funnel.index.postgres import PgStore  # noqa: E402
 
 from helpers import chunk  # noqa: E402

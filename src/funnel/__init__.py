@@ -37,6 +37,7 @@ def open(  # noqa: A001
     path: str | Path = ".funnel",
     embedder: str | None = None,
     reranker: str | Reranker | None = "builtin",
+    analyzer: str | None = None,
     **search_config,
 ) -> Pipeline:
     """A pipeline over the index at `path`: a directory (created on first ingest) or a `postgresql://` URL
@@ -47,7 +48,9 @@ def open(  # noqa: A001
     - `reranker`: a spec as in `funnel.toml` (`builtin`, `none`, `onnx:DIR`, `tei:URL`, ...) or a `Reranker`.
     - `search_config`: `SearchConfig`'s fields (`k`, `candidates`, `policy`, `guaranteed`, ...). The default
       policy `auto` follows the index's calibration (`pipeline.calibrate()`); uncalibrated, it keeps the
-      first stage's order and says why in `rerank_reason`."""
+      first stage's order and says why in `rerank_reason`.
+    - `analyzer`: BM25 analysis for a new index (`funnel.analyze`: auto, english, cjk, korean); an existing
+      index keeps its own."""
     from funnel.embed import index_embedder, load_embedder
     from funnel.index import open_store
     from funnel.pipeline import Pipeline, SearchConfig
@@ -61,4 +64,4 @@ def open(  # noqa: A001
     if isinstance(search_config.get("policy"), str):
         search_config["policy"] = RerankPolicy.parse(search_config["policy"])
     second = CachedReranker(reranker) if reranker is not None else None
-    return Pipeline(store, loaded, second, config=SearchConfig(**search_config))
+    return Pipeline(store, loaded, second, config=SearchConfig(**search_config), analyzer=analyzer)

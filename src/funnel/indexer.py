@@ -89,11 +89,13 @@ def display_path(path: Path) -> str:
 
 class Indexer:
     def __init__(
-        self, store: Store, embedder: Embedder, max_tokens: int | None = None, limits: FileLimits | None = None
+        self, store: Store, embedder: Embedder, max_tokens: int | None = None, limits: FileLimits | None = None,
+        analyzer: str | None = None,
     ):
         self.store = store
         self.limits = limits or FileLimits()
         self.embedder = embedder
+        self.analyzer = analyzer  # funnel.analyze: None or "auto" takes the index's, or the default for a new one
         if max_tokens is not None and not 16 <= max_tokens <= embedder.max_tokens:
             raise ConfigError(
                 f"max_tokens must be between 16 and {embedder.max_tokens} ({embedder.name}'s window), "
@@ -172,7 +174,7 @@ class Indexer:
               progress: Progress | None, chunk_progress: ChunkProgress | None = None) -> None:
         # What changed is decided under the write lock, against the committed index: two ingests of the
         # same tree can then never both add a document.
-        with self.store.transaction(self.embedder.name, self.embedder.dim) as tx:
+        with self.store.transaction(self.embedder.name, self.embedder.dim, self.analyzer) as tx:
             pending, removed = plan(self.store.document_hashes())
             if removed:
                 tx.delete_documents(removed)

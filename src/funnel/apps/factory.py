@@ -92,4 +92,5 @@ def build_pipeline(settings: Settings) -> Pipeline:
         config=config,
         max_tokens=settings.max_tokens,
         limits=FileLimits.from_mb(settings.max_file_mb, settings.max_pdf_mb),
+        analyzer=settings.analyzer,
     )

@@ -10,7 +10,7 @@ from typing import get_type_hints
 from pydantic import Field, SecretStr, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from funnel import embed, generate, rerank
+from funnel import analyze, embed, generate, rerank
 from funnel.errors import ConfigError
 from funnel.rerank.policies import RERANK_DEPTH, PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
@@ -57,6 +57,10 @@ class _Settings(BaseSettings):
     # ... and one setting per policy parameter, made from `PolicyParams` below the class.
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
+    analyzer: str = Field(
+        analyze.AUTO, description=f"ingest: BM25 analysis of a new index: {' | '.join(analyze.names())} (auto: "
+                                  "korean with Kiwi, else cjk; an existing index keeps its own)"
+    )
     max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
     max_pdf_mb: float = Field(100.0, gt=0, description="ingest: larger PDFs are skipped")
     llm: str = Field("none", description=f"LLM for answers and triage: {generate.REGISTRY.help()}")
@@ -99,6 +103,13 @@ class _Settings(BaseSettings):
     def _database_url(cls, value):
         if value is not None and value.get_secret_value().split("://", 1)[0] not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("analyzer")
+    @classmethod
+    def _analyzer(cls, value: str) -> str:
+        if value not in analyze.names():
+            raise ValueError(f"must be one of {', '.join(analyze.names())}")
         return value
 
     @field_validator("index", mode="before")

@@ -48,6 +48,7 @@ class IndexInfo:
     chunks: int
     documents: int
     version: int
+    analyzer: str = "english"  # funnel.analyze: how its BM25 text is analyzed (older indexes: english)
 
 
 def chunk_from_row(fields: dict) -> Chunk:
@@ -90,7 +91,9 @@ class Store(Protocol):
         """The stored vectors of these chunks, one row each in the given order (StoreError if one is missing)."""
         ...
 
-    def transaction(self, embedder: str, dim: int) -> AbstractContextManager[Transaction]: ...
+    def transaction(
+        self, embedder: str, dim: int, analyzer: str | None = None
+    ) -> AbstractContextManager[Transaction]: ...
 
     def read_calibration(self) -> dict | None:
         """The index's stored calibration (`funnel.calibrate.Calibration.to_json`), or None."""

@@ -27,18 +27,6 @@ from collections import Counter
 
 from funnel.errors import missing_dependency
 
-# camelCase / PascalCase identifiers get their parts indexed too ("UserService" -> "User Service"),
-# because the FTS tokenizer splits on punctuation (so snake_case is handled) but not on case humps.
-_CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
-_HUMP = re.compile(r"[A-Z]?[a-z0-9]+")
-
-
-def lexical_text(text: str) -> str:
-    """The text the BM25 index sees: the chunk plus the parts of its camelCase identifiers."""
-    parts = [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
-    return text if not parts else text + "\n" + " ".join(parts)
-
-
 K1 = 1.2
 B = 0.75
 MAX_TOKEN_BYTES = 40

@@ -26,7 +26,7 @@ import numpy as np
 
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
-from funnel.index.bm25_text import lexical_text
+from funnel import analyze
 from funnel.index.lance_rows import (
     READ_COLUMNS,
     LanceTransaction,
@@ -138,7 +138,8 @@ class LanceStore:
         if self._state is None:
             return None
         s = self._state
-        return IndexInfo(s["embedder"], s["dim"], s["chunks"], s["documents"], s["version"])
+        return IndexInfo(s["embedder"], s["dim"], s["chunks"], s["documents"], s["version"],
+                         s.get("analyzer", analyze.LEGACY))
 
     def document_hashes(self) -> dict[str, str]:
         table = self._reader()
@@ -193,8 +194,10 @@ class LanceStore:
 
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
         table = self._reader()
-        text = lexical_text(query).strip()
-        if table is None or n <= 0 or not text:
+        if table is None or n <= 0:
+            return []
+        text = analyze.get(self._state.get("analyzer", analyze.LEGACY)).lex(query).strip()
+        if not text:
             return []
         from lancedb.query import MatchQuery
 
@@ -212,9 +215,9 @@ class LanceStore:
     # ---- writing -------------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, embedder: str, dim: int) -> Iterator[LanceTransaction]:
+    def transaction(self, embedder: str, dim: int, analyzer: str | None = None) -> Iterator[LanceTransaction]:
         try:
-            with self._transaction(embedder, dim) as tx:
+            with self._transaction(embedder, dim, analyzer) as tx:
                 yield tx
         except (OSError, RuntimeError) as e:
             code = _disk_error(e)
@@ -225,7 +228,7 @@ class LanceStore:
             ) from e
 
     @contextmanager
-    def _transaction(self, embedder: str, dim: int) -> Iterator[LanceTransaction]:
+    def _transaction(self, embedder: str, dim: int, analyzer: str | None) -> Iterator[LanceTransaction]:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
@@ -239,8 +242,9 @@ class LanceStore:
                     f"{self.path} was built with embedder {state['embedder']} (dim {state['dim']}), "
                     f"not {embedder} (dim {dim}); use that embedder or ingest into a new index"
                 )
+            analyzer = analyze.settle(analyzer, state.get("analyzer", analyze.LEGACY) if state else None, self.path)
             table, state = self._open_for_write(state, dim)
-            tx = LanceTransaction(table, dim)
+            tx = LanceTransaction(table, dim, analyze.get(analyzer))
             try:
                 yield tx
             except BaseException:
@@ -249,7 +253,7 @@ class LanceStore:
                 raise
             if tx.changed or state is None:
                 self._refresh_indexes(table)
-                new_state = self._write_state(self._state_for(table, embedder, dim))
+                new_state = self._write_state(self._state_for(table, embedder, dim, analyzer))
                 if state is not None and self._drop_old_versions(table, keep=state["version"]):
                     # Same rows, compacted: point readers there (the counts are unchanged).
                     self._write_state({**new_state, "version": table.version})
@@ -343,13 +347,14 @@ class LanceStore:
             log.warning("could not drop old versions of %s: %s", self.path, e)
         return table.version != before
 
-    def _state_for(self, table, embedder: str, dim: int) -> dict:
+    def _state_for(self, table, embedder: str, dim: int, analyzer: str) -> dict:
         docs = scan(table, ["doc_id"]).column("doc_id").unique()
         return {
             "format": FORMAT,
             "version": table.version,
             "embedder": embedder,
             "dim": dim,
+            "analyzer": analyzer,
             "chunks": table.count_rows(),
             "documents": len(docs),
         }

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from funnel.errors import StoreError
 from funnel.index.base import Filter, chunk_from_row
-from funnel.index.bm25_text import lexical_text
+from funnel.analyze import Analyzer
 from funnel.types import Chunk
 
 CHUNK_FIELDS = [
@@ -65,23 +65,24 @@ def row_to_chunk(row: dict) -> Chunk:
     return chunk_from_row({name: row[name] for name in READ_COLUMNS})
 
 
-def chunks_to_arrow(chunks: list[Chunk], vectors: np.ndarray, dim: int) -> pa.Table:
+def chunks_to_arrow(chunks: list[Chunk], vectors: np.ndarray, dim: int, analyzer: Analyzer) -> pa.Table:
     columns: dict[str, list] = {name: [] for name, _ in CHUNK_FIELDS}
     for chunk in chunks:
         row = asdict(chunk)
         row["section_kind"] = chunk.section_kind.value
         for name in columns:
             columns[name].append(row[name])
-    columns["lex"] = [lexical_text(c.text) for c in chunks]
+    columns["lex"] = [analyzer.lex(c.text) for c in chunks]
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
     columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
     return pa.table(columns, schema=schema(dim))
 
 
 class LanceTransaction:
-    def __init__(self, table, dim: int):
+    def __init__(self, table, dim: int, analyzer: Analyzer):
         self._table = table
         self._dim = dim
+        self._analyzer = analyzer
         self.changed = False
 
     def delete_documents(self, doc_ids: set[str]) -> None:
@@ -96,5 +97,5 @@ class LanceTransaction:
             return
         if vectors.shape != (len(chunks), self._dim):
             raise StoreError(f"got {vectors.shape} vectors for {len(chunks)} chunks of dim {self._dim}")
-        self._table.add(chunks_to_arrow(chunks, vectors, self._dim))
+        self._table.add(chunks_to_arrow(chunks, vectors, self._dim, self._analyzer))
         self.changed = True

@@ -31,7 +31,8 @@ import numpy as np
 
 from funnel.errors import ConfigError, StoreError, missing_dependency
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, chunk_from_row, vectors_in_order
-from funnel.index.bm25_text import Analyzer, lexical_text
+from funnel import analyze
+from funnel.index.bm25_text import Analyzer
 from funnel.index.postgres_bm25 import top_n
 from funnel.index.postgres_blocks import migrate_postings
 from funnel.index.postgres_tables import _COLUMNS, _SELECT, FORMAT, PgTransaction, create_tables, where_sql
@@ -95,6 +96,7 @@ class PgStore:
         self._analyzer: Analyzer | None = None
         self._pgvector: tuple[int, ...] | None = None
         self._lexical_format_ok = False  # checked once: a later conversion only makes it true
+        self._lex: analyze.Analyzer | None = None  # the index's analyzer, read with the format
 
     def __str__(self) -> str:
         return self._label
@@ -208,7 +210,9 @@ class PgStore:
             if conn is None:
                 return None
             row = conn.execute(
-                f"SELECT format, embedder, dim, chunks, documents, version FROM {self._t['meta']}"
+                # to_jsonb: an index made before analyzers has no such column (it is english)
+                f"SELECT format, embedder, dim, chunks, documents, version,"
+                f" coalesce(to_jsonb(m)->>'analyzer', %s) FROM {self._t['meta']} m", [analyze.LEGACY]
             ).fetchone()
         if row is None:
             raise StoreError(f"{self}: the meta row is missing; ingest into a new index")
@@ -280,21 +284,23 @@ class PgStore:
         return [ScoredChunk(_row_to_chunk(r[:-1]), 1.0 - float(r[-1])) for r in rows]
 
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
-        text = lexical_text(query).strip()
-        if n <= 0 or not text:
-            return []
-        counts = Counter(self.analyzer().terms(text))
-        if not counts:
+        if n <= 0 or not query.strip():
             return []
         with self._reading() as conn:
             if conn is None:
                 return []
             if not self._lexical_format_ok:
-                found = conn.execute(f"SELECT format FROM {self._t['meta']}").fetchone()[0]
+                found, recorded = conn.execute(
+                    f"SELECT format, coalesce(to_jsonb(m)->>'analyzer', %s) FROM {self._t['meta']} m",
+                    [analyze.LEGACY]).fetchone()
                 if found != FORMAT:
                     raise StoreError(f"{self}: index format {found} keeps its BM25 postings a row each; any "
                                      f"ingest into it converts it to format {FORMAT} in place (or re-ingest)")
+                self._lex = analyze.get(recorded)
                 self._lexical_format_ok = True
+            counts = Counter(self.analyzer().terms(self._lex.lex(query)))
+            if not counts:
+                return []
             with conn.transaction():  # one snapshot (see _reading) for the statistics, postings and chunks
                 rows = top_n(conn, self._t, counts, n, filter)
         return [ScoredChunk(_row_to_chunk(r[:-1]), float(r[-1])) for r in rows]
@@ -302,7 +308,7 @@ class PgStore:
     # ---- writing -------------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, embedder: str, dim: int) -> Iterator[PgTransaction]:
+    def transaction(self, embedder: str, dim: int, analyzer: str | None = None) -> Iterator[PgTransaction]:
         psycopg = _psycopg()
         conn = self._connect()
         try:
@@ -311,8 +317,8 @@ class PgStore:
                                    [f"funnel:{self._t['meta']}"]).fetchone()[0]
                 if not got:
                     raise StoreError(f"{self} is being written by another ingest; try again when it ends")
-                meta = self._prepare(conn, embedder, dim)
-                tx = PgTransaction(conn, self._t, dim, self.analyzer())
+                meta, chosen = self._prepare(conn, embedder, dim, analyzer)
+                tx = PgTransaction(conn, self._t, dim, self.analyzer(), analyze.get(chosen))
                 yield tx
                 tx.commit(meta)
         except psycopg.OperationalError as e:
@@ -323,14 +329,16 @@ class PgStore:
         finally:
             conn.close()
 
-    def _prepare(self, conn, embedder: str, dim: int) -> tuple | None:
+    def _prepare(self, conn, embedder: str, dim: int, analyzer: str | None) -> tuple[tuple | None, str]:
         """The committed meta row (None for a new index, whose tables are created now), after checking
-        that this writer may add to it."""
+        that this writer may add to it, and the analyzer the write uses (`funnel.analyze.settle`)."""
         t = self._t
         if conn.execute("SELECT to_regclass(%s)", [t["meta"]]).fetchone()[0] is None:
-            self._create(conn, embedder, dim)
-            return None
-        meta = conn.execute(f"SELECT format, embedder, dim, version FROM {t['meta']} FOR UPDATE").fetchone()
+            chosen = analyze.settle(analyzer, None, self)
+            self._create(conn, embedder, dim, chosen)
+            return None, chosen
+        meta = conn.execute(f"SELECT format, embedder, dim, version, coalesce(to_jsonb(m)->>'analyzer', %s)"
+                            f" FROM {t['meta']} m FOR UPDATE", [analyze.LEGACY]).fetchone()
         if meta is None:
             raise StoreError(f"{self}: the meta row is missing; ingest into a new index")
         if meta[0] != FORMAT and meta[0] not in _CONVERTED:
@@ -345,10 +353,11 @@ class PgStore:
             migrate_postings(conn, t["postings"], t["blocks"], t["chunks"])
             conn.execute(f"UPDATE {t['meta']} SET format = %s", [FORMAT])
             conn.execute(f"ANALYZE {t['blocks']}")
+        chosen = analyze.settle(analyzer, meta[4], self)
         _register_vector(conn, self)
-        return meta
+        return meta[:4], chosen
 
-    def _create(self, conn, embedder: str, dim: int) -> None:
+    def _create(self, conn, embedder: str, dim: int, analyzer: str) -> None:
         psycopg = _psycopg()
         try:
             with conn.transaction():  # a savepoint: the error below must not abort the whole write
@@ -359,7 +368,7 @@ class PgStore:
                 f"({_first_line(e, self._password)}); run CREATE EXTENSION vector as the database owner"
             ) from None
         _register_vector(conn, self)
-        create_tables(conn, self._t, embedder, dim)
+        create_tables(conn, self._t, embedder, dim, analyzer)
 
 
 def _register_vector(conn, store: PgStore) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 
 from funnel.errors import StoreError
 from funnel.index.base import Filter
-from funnel.index.bm25_text import Analyzer, lexical_text
+from funnel import analyze
+from funnel.index.bm25_text import Analyzer
 from funnel.index import postgres_blocks  # KEY_BITS read at call time: tests shrink it
 from funnel.index.postgres_blocks import BlockWriter, create_blocks_table
 from funnel.types import Chunk
@@ -40,13 +41,13 @@ def _text(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
 
 
-def create_tables(conn, t: dict[str, str], embedder: str, dim: int) -> None:
+def create_tables(conn, t: dict[str, str], embedder: str, dim: int, analyzer: str) -> None:
     """The tables of a new index and its meta row, inside the writer's transaction."""
     conn.execute(f"""
         CREATE TABLE {t['meta']} (
             one boolean PRIMARY KEY DEFAULT true CHECK (one),
             format integer NOT NULL, embedder text NOT NULL, dim integer NOT NULL,
-            version bigint NOT NULL,
+            analyzer text NOT NULL DEFAULT 'english', version bigint NOT NULL,
             chunks bigint NOT NULL, documents bigint NOT NULL,
             bm25_docs bigint NOT NULL, bm25_tokens bigint NOT NULL);
         CREATE SEQUENCE {t['chunks']}_key AS integer;
@@ -67,9 +68,9 @@ def create_tables(conn, t: dict[str, str], embedder: str, dim: int) -> None:
     create_blocks_table(conn, t["blocks"])
     conn.execute(
         f"INSERT INTO {t['meta']}"
-        " (format, embedder, dim, version, chunks, documents, bm25_docs, bm25_tokens)"
-        " VALUES (%s, %s, %s, 0, 0, 0, 0, 0)",
-        [FORMAT, embedder, dim],
+        " (format, embedder, dim, analyzer, version, chunks, documents, bm25_docs, bm25_tokens)"
+        " VALUES (%s, %s, %s, %s, 0, 0, 0, 0, 0)",
+        [FORMAT, embedder, dim, analyzer],
     )
 
 
@@ -78,11 +79,12 @@ class PgTransaction:
     term's row per batch would leave a dead row version per batch (none can be vacuumed before the commit),
     and a million-chunk ingest would bloat the terms table many times over."""
 
-    def __init__(self, conn, tables: dict[str, str], dim: int, analyzer: Analyzer):
+    def __init__(self, conn, tables: dict[str, str], dim: int, analyzer: Analyzer, lex: analyze.Analyzer):
         self._conn = conn
         self._dim = dim
         self._t = tables
         self._analyzer = analyzer
+        self._lex = lex
         self.changed = False
         self._delta = Counter()  # chunks, documents, bm25_docs, bm25_tokens, added, deleted
         self._df = Counter()  # term_id -> change of df
@@ -141,7 +143,7 @@ class PgTransaction:
             raise StoreError(f"got {vectors.shape} vectors for {len(chunks)} chunks of dim {self._dim}")
         conn, t = self._conn, self._t
         analyzer = self._analyzer
-        counts = [Counter(analyzer.terms(lexical_text(c.text))) for c in chunks]
+        counts = [Counter(analyzer.terms(self._lex.lex(c.text))) for c in chunks]
         ids = self._term_ids({term for c in counts for term in c})
         for c in counts:
             self._df.update(ids[term] for term in c)

@@ -1,0 +1,85 @@
+"""BM25 analyzers per language (funnel.analyze): what each makes of a text, how an index settles on one,
+and the indexes made before analyzers were recorded. The stores' side is in tests/test_store_contract.py."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from funnel import analyze
+from funnel.analyze import korean
+from funnel.embed import HashingEmbedder
+from funnel.errors import ConfigError
+from funnel.index.lance import STATE_FILE, LanceStore
+
+from helpers import chunk
+
+EMB = HashingEmbedder(dim=32)
+ENGLISH = [
+    "The UserService raised a NullPointerException at line 42.",
+    "Café au lait, naïve résumé; Straße über alles — 1,000 km/h!",
+    "Привет, мир. Ελληνικά κείμενα. עברית. ภาษาไทย ไม่มีช่องว่าง",
+]
+
+
+@pytest.mark.parametrize("name", ["english", "cjk", "korean"])
+def test_text_without_hangul_or_cjk_is_analyzed_as_today_by_every_analyzer(name):
+    # So an English (or Cyrillic, Thai, ...) index is the same whichever analyzer built it.
+    for text in ENGLISH:
+        assert analyze.get(name).lex(text) == analyze.lexical_text(text)
+
+
+def test_cjk_runs_become_character_bigrams():
+    lex = analyze.get("cjk").lex("서울에서 東京大学 で 会議 X")
+    assert lex.split() == ["서울", "울에", "에서", "東京", "京大", "大学", "で", "会議", "X"]
+
+
+def test_kiwi_splits_particles_and_endings_from_the_stem():
+    terms = analyze.get("korean").lex("서울에서 열린 회의는 끝났다").split()
+    assert {"서울", "회의", "열리", "끝나"} <= set(terms)
+    assert "서울에서" not in terms and "회의는" not in terms
+
+
+def test_korean_text_around_latin_words_keeps_both():
+    terms = analyze.get("korean").lex("funnel의 BM25 분석기는 UserService를 찾는다").split()
+    assert {"funnel", "BM25", "분석기", "UserService", "User", "Service", "찾"} <= set(terms)
+
+
+def test_a_new_index_gets_korean_with_kiwi_and_an_old_one_keeps_its_own():
+    assert analyze.settle(None, None, "idx") == "korean"
+    assert analyze.settle("auto", "english", "idx") == "english"
+    assert analyze.settle("cjk", None, "idx") == "cjk"
+    with pytest.raises(ConfigError, match="unknown analyzer 'klingon'; valid: auto, english, cjk, korean"):
+        analyze.settle("klingon", None, "idx")
+
+
+def test_without_kiwi_korean_falls_back_to_bigrams_with_one_line(monkeypatch, caplog):
+    monkeypatch.setattr(korean, "_problem", "Kiwi is not installed (pip install 'funnel[korean]')")
+    with caplog.at_level(logging.WARNING):
+        assert analyze.settle("korean", None, "idx") == "cjk"
+    assert analyze.settle(None, None, "idx") == "cjk"
+    assert any("Kiwi is not installed" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
+
+
+def test_an_index_made_before_analyzers_opens_and_searches_as_before(tmp_path):
+    store = LanceStore(tmp_path / "old")
+    docs = [chunk("k", 0, "서울에서 열린 회의"), chunk("e", 0, "the meeting in Seoul")]
+    with store.transaction(EMB.name, EMB.dim, "english") as tx:
+        tx.add(docs, np.asarray(EMB.embed([d.text for d in docs])))
+    state_file = tmp_path / "old" / STATE_FILE
+    state = json.loads(state_file.read_text())
+    del state["analyzer"]  # as an index written before this change
+    state_file.write_text(json.dumps(state))
+    reopened = LanceStore(tmp_path / "old")
+    assert reopened.info().analyzer == "english"
+    assert reopened.search_lexical("meeting", 1)[0].chunk.doc_id == "e"
+    assert reopened.search_lexical("서울에서", 1)[0].chunk.doc_id == "k"
+
+
+def test_settings_refuse_an_unknown_analyzer_in_one_line():
+    from funnel.apps.settings import load_settings
+
+    assert load_settings(analyzer="cjk").analyzer == "cjk"
+    with pytest.raises(ConfigError, match="invalid setting analyzer: .*must be one of auto, english, cjk, korean"):
+        load_settings(analyzer="bigram")
