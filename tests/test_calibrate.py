@@ -350,3 +350,70 @@ def test_a_small_real_gain_is_not_drowned_by_an_option_that_moves_ranks_a_lot():
     diffs[:, 1] = 0.06 * (rng.random(80) < 0.3) + rng.normal(0.0, 0.02, 80) * (rng.random(80) < 0.3)
     assert int(np.argmax(diffs.mean(axis=0))) == 1
     assert _best_of_p(diffs, 1) < 0.01
+
+
+class BlindEmbedder(HashingEmbedder):
+    """An embedder that reads nothing of the text (a vector from its hash), as an English model reads Hangul:
+    the first stage's calibration must find that dense does not help."""
+
+    def __init__(self):
+        super().__init__(dim=32)
+        self.name = "blind-32"
+
+    def embed(self, texts):
+        out = np.stack([np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(self.dim) for t in texts])
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _topical(n_docs: int = 40, seed: int = 2) -> list:
+    """Documents that each keep to a vocabulary of their own (as real documents keep to a topic), so the
+    sentence taken out of a chunk shares words with the rest of it."""
+    rng = random.Random(seed)
+    chunks = []
+    for d in range(n_docs):
+        topic = [f"{rng.choice(WORDS)}{d}{i}" for i in range(8)]
+        for ordinal in range(2):
+            sentences = [" ".join(rng.choices(topic, k=4) + rng.choices(WORDS, k=4)).capitalize() + "."
+                         for _ in range(4)]
+            chunks.append(chunk(f"t{d:02d}", ordinal, " ".join(sentences), title=f"t{d:02d}"))
+    return chunks
+
+
+def test_the_first_stage_drops_a_blind_retriever_and_search_follows(tmp_path):
+    blind = BlindEmbedder()
+    store = _index(tmp_path, _topical(), blind)
+    result = calibrate(store, blind, None, n_queries=60)
+    assert result.first_stage == "bm25" and result.policy is RerankPolicy.NONE
+    assert result.first_stage_mrr["bm25"] > result.first_stage_mrr["hybrid"] + 0.05
+    assert "p=" in result.first_stage_reason
+    store.write_calibration(result.to_json())
+    pipeline = Pipeline(store, blind, None)
+    assert pipeline.search("river mountain forest").first_stage == "auto: bm25"
+    assert pipeline.search("river mountain forest", retrieval="hybrid").first_stage == "hybrid"
+    # another embedder than the one measured: the 1:1 hybrid
+    assert Pipeline(store, HashingEmbedder(dim=32), None).plan("x").first_stage_label == "hybrid"
+
+
+def test_a_first_stage_that_reads_well_keeps_the_hybrid(tmp_path):
+    emb = HashingEmbedder(dim=256)
+    store = _index(tmp_path, _topical(), emb)
+    result = calibrate(store, emb, None, n_queries=60)
+    assert result.first_stage != "dense"  # dense is the weaker one here: never chosen alone
+    assert set(result.first_stage_mrr) == {"hybrid", "bm25", "dense", "hybrid:bm25x2", "hybrid:densex2"}
+
+
+def test_one_sentence_records_give_test_queries(tmp_path):
+    rng = random.Random(3)
+    records = [chunk(f"r{i:03d}", 0, " ".join(rng.choices(WORDS, k=12)).capitalize() + ".") for i in range(60)]
+    emb = HashingEmbedder(dim=64)
+    store = _index(tmp_path, records, emb)
+    result = calibrate(store, emb, None, n_queries=40)
+    assert result.queries >= MIN_QUERIES and "too small" not in result.reason
+
+
+def test_korean_sentences_are_split_and_counted_as_words():
+    text = "서울에서 열린 회의는 세 시에 끝났습니다. 다음 회의는 부산에서 열릴 예정입니다. 東京では会議があります。次は大阪です。"
+    from funnel.calibrate import _units
+
+    assert _units(text) == ["서울에서 열린 회의는 세 시에 끝났습니다.", "다음 회의는 부산에서 열릴 예정입니다.",
+                            "東京では会議があります。", "次は大阪です。"]

@@ -404,7 +404,8 @@ def test_variant_specs_parse():
     [
         ("hybrid+rerank", "bad variant 'hybrid+rerank'; expected bm25, dense or hybrid"),
         ("Hybrid", "bad variant 'Hybrid'"),
-        ("colbert", "unknown retrieval 'colbert'; valid: hybrid, bm25, dense"),
+        ("colbert", "unknown retrieval 'colbert'; valid: auto, hybrid, bm25, dense"),
+        ("auto", "the calibrated first stage is the `default` variant"),
         ("hybrid+rerank(auto)", "the calibrated policy is the `default` variant"),
         ("hybrid+rerank(replace:0.5)", "only rrf takes a weight"),
         ("hybrid+rerank(replace|gate:0.2)", "only rrf takes a gate"),

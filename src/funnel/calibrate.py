@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from funnel.analyze import SENTENCE_END
 from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
 from funnel.rerank.base import Reranker
 from funnel.rerank.policies import RerankPolicy, Rrf, ordered
-from funnel.retrieve.first_stage import FirstStageConfig, first_stage, retrieve
+from funnel.retrieve.first_stage import FirstStageConfig, Retrieval, fuse, retrieve
 from funnel.types import Chunk
 
 if TYPE_CHECKING:
@@ -65,8 +66,10 @@ RR_DEPTH = 10
 MAX_JUDGED = 5000  # judged queries in one calibration (each is a search and a rerank)
 GENERATED, JUDGED = "generated", "judged"
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
-_WORD = re.compile(r"[^\W\d_]{3,}")
+_CJK = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+_SENTENCE_END = SENTENCE_END
+# A real word: 3+ letters, or 2+ Hangul/CJK characters (a Korean or Chinese word is often two syllables).
+_WORD = re.compile(f"[^\\W\\d_{_CJK}]{{3,}}|[{_CJK}]{{2,}}")
 _FILE_NAME = re.compile(r"[\w.-]+\.[A-Za-z0-9]{1,5}")
 
 
@@ -99,6 +102,27 @@ MEASURED = (*OPTIONS, GATED)
 
 
 @dataclass(frozen=True)
+class FirstStageOption:
+    """One weighting of BM25 and dense in the first stage's RRF (0: that retriever is not used)."""
+
+    name: str
+    bm25_weight: float
+    dense_weight: float
+
+
+# The fixed 1:1 fusion loses where one retriever is blind (an English embedder on Korean: dense 0.39 against
+# BM25 0.97 on klue-nli-ko) or weak (BM25 on code, CoSQA): the calibration measures the alternatives too.
+HYBRID = FirstStageOption("hybrid", 1.0, 1.0)
+FIRST_STAGES = (
+    HYBRID,
+    FirstStageOption("bm25", 1.0, 0.0),
+    FirstStageOption("dense", 0.0, 1.0),
+    FirstStageOption("hybrid:bm25x2", 2.0, 1.0),
+    FirstStageOption("hybrid:densex2", 1.0, 2.0),
+)
+
+
+@dataclass(frozen=True)
 class Calibration:
     """What the second stage does on one index, and the measurements behind the choice."""
 
@@ -119,7 +143,19 @@ class Calibration:
     source: str = GENERATED  # where the queries came from: GENERATED from the documents, or JUDGED by a person
     judged: list[dict] = field(default_factory=list)  # the judged queries ({query, relevant}), measured again later
     gate: float = 0.0  # under rrf: the lead of its best score over its second the reranker needs to reorder
+    # The first stage chosen the same way (FIRST_STAGES): its option, weights and why; mrr of each option.
+    first_stage: str = "hybrid"
+    bm25_weight: float = 1.0
+    dense_weight: float = 1.0
+    first_stage_reason: str = ""
+    first_stage_mrr: dict[str, float] = field(default_factory=dict)
     format: int = FORMAT
+
+    def first_stage_config(self, config: FirstStageConfig) -> FirstStageConfig:
+        """`config` with the chosen first stage: its weights, and one retriever alone when the other got 0."""
+        mode = Retrieval.BM25 if not self.dense_weight else Retrieval.DENSE if not self.bm25_weight else Retrieval.HYBRID
+        return replace(config, retrieval=mode, bm25_weight=self.bm25_weight or 1.0,
+                       dense_weight=self.dense_weight or 1.0)
 
     @property
     def option(self) -> str:
@@ -221,7 +257,24 @@ def title_query(chunks: list[Chunk], chunk: Chunk, rng: random.Random) -> Pseudo
     return PseudoQuery(name, "title", frozenset(e.chunk_id for e in edits), tuple(edits))
 
 
-MAKERS = {"title": title_query, "sentence": sentence_query}
+def half_query(chunks: list[Chunk], chunk: Chunk, rng: random.Random) -> PseudoQuery | None:
+    """For a record of one sentence (a corpus of short records gives no sentence with a passage left
+    around it): one half of its words as the query, the record without them as the target. None when the
+    record has fewer than 8 words, or 3 real words on either side."""
+    content = _content(chunk)
+    words = content.split()
+    if not 8 <= len(words) <= 80:
+        return None
+    cut = len(words) // 2
+    first, second = " ".join(words[:cut]), " ".join(words[cut:])
+    query, rest = (first, second) if rng.random() < 0.5 else (second, first)
+    if len(_WORD.findall(query)) < 2 or len(_WORD.findall(rest)) < 2:
+        return None
+    head = chunk.text[: len(chunk.text) - len(content)]
+    return PseudoQuery(query, "half", frozenset({chunk.chunk_id}), (replace(chunk, text=head + rest),))
+
+
+MAKERS = {"title": title_query, "sentence": sentence_query, "half": half_query}
 
 
 @dataclass(frozen=True)
@@ -355,7 +408,7 @@ def _small_copy(
     if plain:
         vectors.insert(0, store.vectors(plain))
     copy = LanceStore(path)
-    with copy.transaction(embedder.name, embedder.dim) as tx:
+    with copy.transaction(embedder.name, embedder.dim, store.info().analyzer) as tx:
         tx.add([chunks[cid] for cid in plain] + list(edits.values()), np.concatenate(vectors))
     return copy
 
@@ -400,24 +453,26 @@ def calibrate(
     progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
     """Measure every option on pseudo-queries from this index, or on `judged` queries when given, and choose
-    one (see the module docstring). `config` is the search's: its first stage, window and policy parameters.
-    Reads the index, writes nothing: the caller stores the result."""
+    the first stage's weights and then the second stage's option (see the module docstring). Without a
+    reranker only the first stage is chosen. `config` is the search's: its first stage, window and policy
+    parameters. Reads the index, writes nothing: the caller stores the result."""
     from funnel.pipeline import SearchConfig  # the pipeline imports this module
 
     started = time.perf_counter()
     info = store.info()
     if info is None:
         raise StoreError("the index is empty: run `funnel ingest PATH` first")
-    if reranker is None:
-        raise ConfigError("no reranker is configured: there is nothing to calibrate (try --reranker builtin)")
     made = dict(
-        reranker=reranker.name, embedder=embedder.name, index_version=info.version, index_chunks=info.chunks,
+        reranker=reranker.name if reranker is not None else "none", embedder=embedder.name,
+        index_version=info.version, index_chunks=info.chunks,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     config = config or SearchConfig()
     if judged:
         return _calibrate_judged(store, embedder, reranker, config, judged, made, started, progress)
     queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
+    if len(queries) < MIN_QUERIES:  # short records (one sentence each): halves of them
+        queries, sources = _sample(store, n_queries, random.Random(seed), ("half",))
     if len(queries) < MIN_QUERIES:
         return Calibration(
             RerankPolicy.NONE, 0.0,
@@ -425,13 +480,14 @@ def calibrate(
             f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
             queries=len(queries), seconds=time.perf_counter() - started, **made,
         )
-    rr, window_recall = _measure(store, embedder, reranker, config, queries, sources, progress)
-    return _decide(rr, queries, window_recall, f"{len(queries)} test queries made from this corpus", started, made)
+    described = f"{len(queries)} test queries made from this corpus"
+    return _measure_and_decide(store, embedder, reranker, config, queries, sources, described, made, started,
+                               progress)
 
 
 def _calibrate_judged(
-    store: Store, embedder: Embedder, reranker: Reranker, config: SearchConfig, judged: list[Judged], made: dict,
-    started: float, progress: Callable[[int, int], None] | None,
+    store: Store, embedder: Embedder, reranker: Reranker | None, config: SearchConfig, judged: list[Judged],
+    made: dict, started: float, progress: Callable[[int, int], None] | None,
 ) -> Calibration:
     """Every option on the judged queries that name a document of this index, over the index itself."""
     queries = judged_queries(store, judged)
@@ -441,11 +497,68 @@ def _calibrate_judged(
             f"{MIN_QUERIES} needed): check their ids or paths against `funnel search`, or calibrate with "
             "queries made from the documents (`funnel calibrate --generated`)"
         )
-    rr, window_recall = _measure(store, embedder, reranker, config, queries, None, progress)
     unused = len(judged) - len(queries)
     described = f"{len(queries)} judged queries" + (f" ({unused} naming no document here left out)" if unused else "")
-    return replace(_decide(rr, queries, window_recall, described, started, made),
-                   source=JUDGED, judged=[j.to_json() for j in judged])
+    result = _measure_and_decide(store, embedder, reranker, config, queries, None, described, made, started,
+                                 progress)
+    return replace(result, source=JUDGED, judged=[j.to_json() for j in judged])
+
+
+def _measure_and_decide(
+    store: Store, embedder: Embedder, reranker: Reranker | None, config: SearchConfig, queries: list[PseudoQuery],
+    sources: dict[str, Chunk] | None, described: str, made: dict, started: float,
+    progress: Callable[[int, int], None] | None,
+) -> Calibration:
+    """The first stage chosen from its options' reciprocal ranks, then the second stage's options measured
+    over that first stage's windows, on a small copy of the index (the index itself when `sources` is None:
+    judged queries edit nothing)."""
+    fs = replace(config.first_stage, retrieval=Retrieval.HYBRID)
+    n = max(fs.per_retriever, config.candidates)
+    with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
+        copy = store if sources is None else _small_copy(store, embedder, queries, sources, n, fs, tmp)
+        retrieved = [retrieve(copy, embedder, q.text, n, fs) for q in queries]
+    fs_rr = {
+        o.name: [_reciprocal_rank([c.chunk.chunk_id for c in fuse(*lists, config.candidates, _weighted(fs, o),
+                                                                   config.chunks_per_document)], q.relevant)
+                 for q, lists in zip(queries, retrieved)]
+        for o in FIRST_STAGES
+    }
+    first, first_reason, _ = _choose_first_stage(fs_rr, described)
+    chosen_fs = _weighted(fs, first)
+    windows = [fuse(*lists, config.candidates, chosen_fs, config.chunks_per_document) for lists in retrieved]
+    first_stage = dict(
+        first_stage=first.name, bm25_weight=first.bm25_weight, dense_weight=first.dense_weight,
+        first_stage_reason=first_reason, first_stage_mrr={k: float(np.mean(v)) for k, v in fs_rr.items()},
+    )
+    window_recall = float(np.mean([any(c.chunk.chunk_id in q.relevant for c in w) for q, w in zip(queries, windows)]))
+    if reranker is None:
+        return Calibration(RerankPolicy.NONE, 0.0, "no reranker configured", queries=len(queries),
+                           window_recall=window_recall, seconds=time.perf_counter() - started, **first_stage, **made)
+    rr = _second_stage_rr(reranker, config, queries, windows, progress)
+    return replace(_decide(rr, queries, window_recall, described, started, made), **first_stage)
+
+
+def _weighted(config: FirstStageConfig, option: FirstStageOption) -> FirstStageConfig:
+    return replace(config, bm25_weight=option.bm25_weight, dense_weight=option.dense_weight)
+
+
+def _choose_first_stage(
+    rr: dict[str, list[float]], described: str
+) -> tuple[FirstStageOption, str, float | None]:
+    """The first stage adopted: an option other than the 1:1 hybrid only when it beats it by MIN_GAIN with
+    p < MAX_P under the same max-T paired test as the second stage's options."""
+    mrr = {name: float(np.mean(values)) for name, values in rr.items()}
+    base = mrr[HYBRID.name]
+    best = max(FIRST_STAGES, key=lambda o: (round(mrr[o.name], 6), o is HYBRID))
+    if best is HYBRID:
+        return HYBRID, f"no weighting beat the 1:1 hybrid's MRR@10 {base:.3f} on {described}", None
+    others = [o for o in FIRST_STAGES if o is not HYBRID]
+    diffs = np.stack([np.asarray(rr[o.name]) - np.asarray(rr[HYBRID.name]) for o in others], axis=1)
+    p = _best_of_p(diffs, others.index(best))
+    measured = f"{best.name} {mrr[best.name]:.3f} vs hybrid {base:.3f} MRR@10 on {described}, p={p:.3f}"
+    if mrr[best.name] - base >= MIN_GAIN and p < MAX_P:
+        return best, measured, p
+    return HYBRID, f"1:1 hybrid kept (best: {measured})", p
 
 
 def _decide(
@@ -466,40 +579,30 @@ def _decide(
     )
 
 
-def _measure(
-    store: Store, embedder: Embedder, reranker: Reranker, config: SearchConfig, queries: list[PseudoQuery],
-    sources: dict[str, Chunk] | None, progress: Callable[[int, int], None] | None,
-) -> tuple[dict[str, list[float]], float]:
-    """Each option's reciprocal rank per query, over the real first stage on a small copy of the index (the
-    index itself when `sources` is None: judged queries edit nothing), and the share of queries whose answer
-    the window held."""
-    fs, candidates = config.first_stage, config.candidates
+def _second_stage_rr(
+    reranker: Reranker, config: SearchConfig, queries: list[PseudoQuery], windows: list[list],
+    progress: Callable[[int, int], None] | None,
+) -> dict[str, list[float]]:
+    """Each second-stage option's reciprocal rank per query, over the chosen first stage's windows."""
     policies = {o.name: config.policy_of(o.policy, o.weight, o.gate) for o in MEASURED}
     rr: dict[str, list[float]] = {option.name: [] for option in MEASURED}
-    in_window = 0
-    with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
-        copy = store if sources is None else _small_copy(
-            store, embedder, queries, sources, max(fs.per_retriever, candidates), fs, tmp)
-        for done, query in enumerate(queries, start=1):
-            window = first_stage(copy, embedder, query.text, candidates, fs,
-                                 max_per_document=config.chunks_per_document)
-            in_window += any(c.chunk.chunk_id in query.relevant for c in window)
-            try:
-                scored = window[: config.rerank_depth]
-                scores = list(reranker.rerank(query.text, scored).scores) if scored else []
-            except Exception as e:  # a server down or a broken model: nothing is stored, the old choice stays
-                raise BackendUnavailable(f"calibration stopped: {reranker.name} failed ({type(e).__name__}: "
-                                         f"{str(e)[:200]}); the previous calibration is kept") from e
-            if len(scores) != len(scored) or not all(np.isfinite(scores)):
-                raise BackendUnavailable(f"calibration stopped: {reranker.name} returned {len(scores)} scores "
-                                         f"for {len(scored)} candidates or a non-finite one; the previous "
-                                         "calibration is kept")
-            for name, policy in policies.items():
-                hits = ordered(policy, window, scores)
-                rr[name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
-            if progress:
-                progress(done, len(queries))
-    return rr, in_window / len(queries)
+    for done, (query, window) in enumerate(zip(queries, windows), start=1):
+        try:
+            scored = window[: config.rerank_depth]
+            scores = list(reranker.rerank(query.text, scored).scores) if scored else []
+        except Exception as e:  # a server down or a broken model: nothing is stored, the old choice stays
+            raise BackendUnavailable(f"calibration stopped: {reranker.name} failed ({type(e).__name__}: "
+                                     f"{str(e)[:200]}); the previous calibration is kept") from e
+        if len(scores) != len(scored) or not all(np.isfinite(scores)):
+            raise BackendUnavailable(f"calibration stopped: {reranker.name} returned {len(scores)} scores "
+                                     f"for {len(scored)} candidates or a non-finite one; the previous "
+                                     "calibration is kept")
+        for name, policy in policies.items():
+            hits = ordered(policy, window, scores)
+            rr[name].append(_reciprocal_rank([h.chunk.chunk_id for h in hits], query.relevant))
+        if progress:
+            progress(done, len(queries))
+    return rr
 
 
 def _choose(rr: dict[str, list[float]], mrr: dict[str, float], described: str) -> tuple[Option, str, float | None]:

@@ -75,6 +75,7 @@ class SearchRequest:
     filter: Filter | None = None
     documents: frozenset[str] | None = None  # only these documents' chunks are candidates (None: all)
     chunks_per_document: int | None = 3  # the window's per-document cap (None: no cap)
+    first_stage_label: str = "hybrid"  # what ran, for --explain: "auto: bm25" when the calibration chose
 
 
 _FIRST_STAGE_ONLY = FirstStageOnly()
@@ -96,6 +97,7 @@ class Pipeline:
         config: SearchConfig | None = None,
         max_tokens: int | None = None,
         limits: FileLimits | None = None,
+        analyzer: str | None = None,
     ):
         self.store = store
         self.embedder = embedder
@@ -106,7 +108,7 @@ class Pipeline:
 
             generator = ExtractiveGenerator(embedder)
         self.generator = generator
-        self.indexer = Indexer(store, embedder, max_tokens, limits)
+        self.indexer = Indexer(store, embedder, max_tokens, limits, analyzer)
         self._calibration: tuple[float, int, Calibration | None] | None = None  # (read at, index version, it)
 
     def calibration(self, version: int | None = None) -> Calibration | None:
@@ -216,9 +218,27 @@ class Pipeline:
         fs_config = config.first_stage
         if retrieval is not None:
             fs_config = replace(fs_config, retrieval=Retrieval.parse(retrieval))
+        fs_config, fs_label = self.resolve_first_stage(fs_config, version)
         window = max(config.candidates, k) if candidates is None else candidates
         return SearchRequest(query, k, window, fs_config, self.resolve_policy(requested, version), filter,
-                             chunks_per_document=config.chunks_per_document)
+                             chunks_per_document=config.chunks_per_document, first_stage_label=fs_label)
+
+    def resolve_first_stage(self, fs: FirstStageConfig, version: int | None = None) -> tuple[FirstStageConfig, str]:
+        """`auto` -> the first stage the index's calibration chose (`funnel.calibrate.FIRST_STAGES`) when it was
+        measured with this embedder and no weights were set by hand; otherwise the 1:1 hybrid. Any other mode
+        is taken as it is. Returns it and its label."""
+        if fs.retrieval is not Retrieval.AUTO:
+            return fs, fs.retrieval.value
+        hybrid = replace(fs, retrieval=Retrieval.HYBRID)
+        if (fs.bm25_weight, fs.dense_weight) != (1.0, 1.0):
+            return hybrid, "hybrid"
+        try:
+            calibration = self.calibration(version)
+        except StoreError:
+            return hybrid, "hybrid"
+        if calibration is None or calibration.embedder != self.embedder.name:
+            return hybrid, "hybrid"
+        return calibration.first_stage_config(fs), f"auto: {calibration.first_stage}"
 
     def _checked(self, query: str, k: int | None) -> tuple[str, tuple[str, ...], int]:
         """A person's query with whitespace folded and cut to MAX_QUERY_CHARS (saying so in a note), and
@@ -258,8 +278,8 @@ class Pipeline:
         fs = request.first_stage
         lexical, dense = self.retrieve(request) if retrieved is None else retrieved
         n = max(fs.per_retriever, request.candidates)
-        lexical = lexical[:n] if fs.retrieval in (Retrieval.HYBRID, Retrieval.BM25) else []
-        dense = dense[:n] if fs.retrieval in (Retrieval.HYBRID, Retrieval.DENSE) else []
+        lexical = lexical[:n] if fs.retrieval.lexical else []
+        dense = dense[:n] if fs.retrieval.dense else []
         candidates = fuse(lexical, dense, request.candidates, fs, request.chunks_per_document)
         if request.documents is not None:
             candidates = [c for c in candidates if c.chunk.doc_id in request.documents]
@@ -314,6 +334,7 @@ class Pipeline:
             policy=request.policy.label,
             timings_ms={"first_stage": 1000 * (t1 - t0), "rerank": 1000 * (t2 - t1), "group": 1000 * (t3 - t2)},
             notes=notes,
+            first_stage=request.first_stage_label,
         )
 
     def ask(self, question: str, k: int | None = None, policy: RerankPolicy | str | None = None) -> Answer:

@@ -175,6 +175,7 @@ class SearchResult:
     policy: str = "none"
     timings_ms: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the pipeline changed about the request, e.g. a truncated query
+    first_stage: str = "hybrid"  # the first stage that ran: hybrid, bm25, dense, or "auto: ..." (calibrated)
 
 
 @dataclass(frozen=True)

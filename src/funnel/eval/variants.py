@@ -49,6 +49,8 @@ class Variant:
                 "or default"
             )
         retrieval = Retrieval.parse(match["base"])
+        if retrieval is Retrieval.AUTO:
+            raise ConfigError(f"bad variant {spec!r}: the calibrated first stage is the `default` variant")
         policy = RerankPolicy.parse(match["policy"]) if match["policy"] else RerankPolicy.NONE
         if policy is RerankPolicy.AUTO:
             raise ConfigError(f"bad variant {spec!r}: the calibrated policy is the `default` variant")

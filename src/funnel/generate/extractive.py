@@ -11,10 +11,11 @@ import re
 
 import numpy as np
 
+from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
 from funnel.embed.base import Embedder
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
+_SENTENCE_END = SENTENCE_END
 # A line that starts a list item: a bullet, or a number or letter followed by "." or ")".
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•◦▪–·]\s+|\(?(?:\d{1,3}|[a-z])[.)]\s+)")
 # A lead-in ("...from the following sources, sorted by priority:") keeps at most this much of what follows.
@@ -29,8 +30,16 @@ _STOP = frozenset(
 NOT_FOUND = "No relevant passage was found in the indexed documents."
 
 
+# Korean particles and endings that BM25's analyzers keep as terms: no content of their own.
+_STOP_KO = frozenset("은 는 이 가 을 를 의 에 도 와 과 로 으로 에서 에게 까지 부터 만 께 요 다 고 며 면 서 지 어 아 었 았 "
+                     "겠 습니다 니다 는다 ᆫ ᆯ 하 되 있 없 것 수 등 및 그 이런 저 the".split())
+
+
 def _terms(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+    words = {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+    if has_cjk(text):  # Hangul, Han, Kana: the terms BM25 indexes (morphemes or bigrams), not [a-z0-9] runs
+        words |= {t for t in default_analyzer().lex(text).lower().split() if has_cjk(t) and t not in _STOP_KO}
+    return words
 
 
 def split_sentences(chunk: Chunk) -> list[str]:
@@ -154,11 +163,16 @@ class ExtractiveGenerator:
         if not pool:
             return Answer(question, NOT_FOUND, (), self.name, result)
 
+        cjk = has_cjk(question)
+        if cjk and any(has_cjk(s) for s, _ in pool):  # a Korean (Chinese, Japanese) question: an answer in it
+            pool = [(s, c) for s, c in pool if has_cjk(s)]
         vectors = self.embedder.embed([question] + [s for s, _ in pool])
         semantic = vectors[1:] @ vectors[0]
         q_terms = _terms(question)
         lexical = np.array([len(q_terms & _terms(s)) / max(len(q_terms), 1) for s, _ in pool])
-        scores = semantic + self.lexical_weight * lexical
+        # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for a
+        # question in those scripts the shared terms decide and the cosine only breaks ties.
+        scores = (0.1 if cjk else 1.0) * semantic + self.lexical_weight * lexical
 
         chosen: list[int] = []
         seen: set[str] = set()

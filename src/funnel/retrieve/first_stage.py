@@ -13,14 +13,23 @@ from funnel.types import Candidate, Chunk
 
 
 class Retrieval(Choice):
+    AUTO = "auto"  # hybrid, weighted as the index's calibration chose (funnel.calibrate); 1:1 uncalibrated
     HYBRID = "hybrid"
     BM25 = "bm25"
     DENSE = "dense"
 
+    @property
+    def lexical(self) -> bool:
+        return self is not Retrieval.DENSE
+
+    @property
+    def dense(self) -> bool:
+        return self is not Retrieval.BM25
+
 
 @dataclass(frozen=True)
 class FirstStageConfig:
-    retrieval: Retrieval = Retrieval.HYBRID
+    retrieval: Retrieval = Retrieval.AUTO
     per_retriever: int = 50  # N from each of dense and BM25
     rrf_k: float = 60.0
     bm25_weight: float = 1.0
@@ -61,9 +70,9 @@ def retrieve(
     """The BM25 and dense top-n lists the configured retrieval mode asks for (the other stays empty)."""
     lexical: list[ScoredChunk] = []
     dense: list[ScoredChunk] = []
-    if config.retrieval in (Retrieval.HYBRID, Retrieval.BM25):
+    if config.retrieval.lexical:
         lexical = store.search_lexical(query, n, filter)
-    if config.retrieval in (Retrieval.HYBRID, Retrieval.DENSE):
+    if config.retrieval.dense:
         dense = store.search_dense(embedder.embed([query])[0], n, filter)
     return lexical, dense
 

@@ -154,6 +154,7 @@ class SearchResponse(BaseModel):
     rerank_status: str = Field(description="ok | skipped | fallback")
     rerank_reason: str
     policy: str
+    first_stage: str = Field(description="hybrid | bm25 | dense, or auto: the index's calibrated choice")
     timings_ms: dict[str, float]
     notes: list[str]
 
@@ -166,6 +167,7 @@ class SearchResponse(BaseModel):
             rerank_status=result.rerank_status.value,
             rerank_reason=result.rerank_reason,
             policy=result.policy,
+            first_stage=result.first_stage,
             timings_ms={k: round(v, 3) for k, v in result.timings_ms.items()},
             notes=list(result.notes),
         )

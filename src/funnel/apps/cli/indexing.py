@@ -13,6 +13,7 @@ from funnel.apps.cli.common import (
     EmbedderOpt, IndexOpt, JsonOpt, RerankerOpt, StopOnce, app, err, fail, out, settings_from, styled,
 )
 from funnel.apps.cli.output import print_calibration
+from funnel import analyze
 from funnel.apps.factory import build_pipeline
 from funnel.errors import ConfigError, FunnelError
 from funnel.index import location_label
@@ -24,6 +25,9 @@ def ingest(
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
+    analyzer: Annotated[
+        Optional[str], typer.Option(help=f"BM25 analysis of a new index: {' | '.join(analyze.names())}")
+    ] = None,
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="measure the reranker on the new index afterwards")
     ] = True,
@@ -32,11 +36,12 @@ def ingest(
     ] = False,
 ) -> None:
     """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index.
-    Then, when the index changed (or was never calibrated) and a reranker is configured, calibrate it.
+    Then, when the index changed (or was never calibrated), calibrate it: the first stage's weights, and the
+    reranker's say when one is configured.
     With --watch, ingest again (incrementally) after every burst of changes."""
     if any(not p.strip() for p in paths):
         raise ConfigError("an empty path was given; name files or folders to ingest")
-    settings = settings_from(index=index, embedder=embedder, reranker=reranker)
+    settings = settings_from(index=index, embedder=embedder, reranker=reranker, analyzer=analyzer)
     stop = StopOnce("interrupted: stopping; the index keeps the last ingest that completed")
     try:
         with stop:
@@ -65,8 +70,7 @@ def ingest(
         f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
         highlight=False,
     )
-    if calibrate and pipeline.reranker is not None and (report.added or report.updated or report.removed
-                                                        or pipeline.calibration_problem() is not None):
+    if calibrate and (report.added or report.updated or report.removed or pipeline.calibration_problem() is not None):
         _calibrate(pipeline, after_ingest=True)
     if watch:
         _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})
@@ -129,7 +133,9 @@ def _calibrate(pipeline, n_queries: int | None = None, after_ingest: bool = Fals
             fail(e)
         err.print(styled("warning:", "yellow", f"{e} (run `funnel calibrate` again later)"))
         return None
-    (say or out).print(f"calibrated ({result.seconds:.0f}s): second stage {result.option} — {result.reason}")
+    (say or out).print(f"calibrated ({result.seconds:.0f}s): first stage {result.first_stage}"
+                       + (f" — {result.first_stage_reason}" if result.first_stage_reason else "")
+                       + f"; second stage {result.option} — {result.reason}")
     return result
 
 
@@ -162,8 +168,6 @@ def calibrate_(
     judged_queries = read_judged(judged) if judged is not None else None
     settings = settings_from(index=index, embedder=embedder, reranker=reranker)
     pipeline = build_pipeline(settings)
-    if pipeline.reranker is None:
-        raise ConfigError("no reranker is configured (reranker = none): there is nothing to calibrate")
     # With --json, standard output is the JSON alone.
     result = _calibrate(pipeline, queries, judged=judged_queries, generated=generated,
                         say=err if as_json else None)

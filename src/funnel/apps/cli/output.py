@@ -25,6 +25,10 @@ def print_calibration(result) -> None:
         marker = " (chosen)" if name == result.option else ""
         table.add_row(name + marker, f"{value:.4f}", *[f"{result.mrr_by_kind[k][name]:.4f}" for k in kinds])
     out.print(table)
+    if result.first_stage_mrr:
+        marks = {name: " (chosen)" if name == result.first_stage else "" for name in result.first_stage_mrr}
+        out.print("first stage MRR@10: " + ", ".join(f"{name}{marks[name]} {value:.4f}"
+                                                     for name, value in result.first_stage_mrr.items()))
     out.print(f"answer in the first-stage window: {result.window_recall:.0%} of the queries; "
               f"reranker {result.reranker}, embedder {result.embedder}")
 
@@ -43,7 +47,8 @@ def print_documents(result: SearchResult) -> None:
 def print_status(result: SearchResult) -> None:
     reason = f" ({result.rerank_reason})" if result.rerank_reason else ""
     timing = ", ".join(f"{name} {ms:.0f} ms" for name, ms in result.timings_ms.items())
-    err.print(f"rerank: {result.rerank_status.value}{reason}; policy {result.policy}; {timing}")
+    err.print(f"first stage: {result.first_stage}; rerank: {result.rerank_status.value}{reason}; "
+              f"policy {result.policy}; {timing}")
     for note in result.notes:
         err.print(styled("note:", "yellow", note))
 
@@ -96,7 +101,8 @@ def print_calibration_note(pipeline) -> None:
         out.print(f"calibration: {problem}")
         return
     c = pipeline.calibration()
-    out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): {c.option} — {c.reason}")
+    out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): first stage "
+              f"{c.first_stage} — {c.first_stage_reason or 'not measured'}; second stage {c.option} — {c.reason}")
 
 
 def print_answer(answer: Answer) -> None:
