@@ -2,6 +2,8 @@
 Real pipeline, real LanceDB index, the real Korean analyzer; the deterministic HashingEmbedder stands in for
 the embedding model, which (like all-MiniLM-L6-v2 on Hangul) contributes little here."""
 
+from pathlib import Path
+
 import pytest
 
 from funnel.embed import HashingEmbedder
@@ -55,3 +57,16 @@ def test_an_english_question_in_the_same_index_gets_the_english_passage(pipeline
     answer = pipeline.ask("Which versions get security fixes?")
     assert "two latest versions" in answer.text.splitlines()[0]
     assert pipeline.store.info().analyzer == "korean"
+
+
+def test_each_document_is_tagged_with_its_language_and_the_calibration_counts_them(pipeline):
+    store = pipeline.store
+    languages = {Path(doc_id).name: {c.language for c in store.get_chunks(doc_id)} for doc_id in store.document_hashes()}
+    assert languages == {"출장 규정.md": {"ko"}, "release.md": {"en"}}
+    assert next(iter(pipeline.calibration().languages)) == "ko"
+
+
+def test_the_stage_choices_are_shown_with_the_search(pipeline):
+    result = pipeline.search("해외 출장 승인")
+    assert result.first_stage.startswith("auto: ") or result.first_stage == "hybrid"
+    assert result.documents[0].path.endswith("출장 규정.md")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 import re
 import tempfile
 import time
@@ -149,6 +150,7 @@ class Calibration:
     dense_weight: float = 1.0
     first_stage_reason: str = ""
     first_stage_mrr: dict[str, float] = field(default_factory=dict)
+    languages: dict[str, float] = field(default_factory=dict)  # share of the measured chunks per language
     format: int = FORMAT
 
     def first_stage_config(self, config: FirstStageConfig) -> FirstStageConfig:
@@ -478,7 +480,8 @@ def calibrate(
             RerankPolicy.NONE, 0.0,
             f"too small to calibrate: {len(queries)} test queries could be made from {info.chunks} chunks "
             f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
-            queries=len(queries), seconds=time.perf_counter() - started, **made,
+            queries=len(queries), seconds=time.perf_counter() - started, languages=_languages(list(sources.values())),
+            **made,
         )
     described = f"{len(queries)} test queries made from this corpus"
     return _measure_and_decide(store, embedder, reranker, config, queries, sources, described, made, started,
@@ -531,11 +534,27 @@ def _measure_and_decide(
         first_stage_reason=first_reason, first_stage_mrr={k: float(np.mean(v)) for k, v in fs_rr.items()},
     )
     window_recall = float(np.mean([any(c.chunk.chunk_id in q.relevant for c in w) for q, w in zip(queries, windows)]))
+    languages = _languages([s.chunk for lists in retrieved for ranked in lists for s in ranked])
     if reranker is None:
         return Calibration(RerankPolicy.NONE, 0.0, "no reranker configured", queries=len(queries),
-                           window_recall=window_recall, seconds=time.perf_counter() - started, **first_stage, **made)
+                           window_recall=window_recall, seconds=time.perf_counter() - started, languages=languages,
+                           **first_stage, **made)
     rr = _second_stage_rr(reranker, config, queries, windows, progress)
-    return replace(_decide(rr, queries, window_recall, described, started, made), **first_stage)
+    result = _decide(rr, queries, window_recall, described, started, made)
+    main = next(iter(languages), None)
+    if result.policy is RerankPolicy.NONE and main not in (None, "en"):
+        reason = (f"{result.reason}; this index is mostly {main} ({languages[main]:.0%} of the chunks measured) and "
+                  "the reranker may read English only: a multilingual reranker can be calibrated instead")
+        result = replace(result, reason=reason)
+    return replace(result, languages=languages, **first_stage)
+
+
+def _languages(chunks: list[Chunk]) -> dict[str, float]:
+    """The share of distinct chunks per detected language (`funnel.analyze.detect`), most common first."""
+    unique = {c.chunk_id: c.language for c in chunks if c.kind != "code" and c.language}
+    counts = Counter(unique.values())
+    total = sum(counts.values())
+    return {lang: round(n / total, 3) for lang, n in counts.most_common(5)} if total else {}
 
 
 def _weighted(config: FirstStageConfig, option: FirstStageOption) -> FirstStageConfig:

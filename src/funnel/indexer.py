@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from funnel.analyze.detect import with_language
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, ConfigError, IngestError
 from funnel.index.base import Store
@@ -234,7 +235,7 @@ class Indexer:
         (its text is gone on purpose, and must not stay searchable)."""
         for item in pending:
             try:
-                loaded = item.load()
+                loaded = with_language(item.load())
                 tokenizer = _Heard(self.embedder, heard) if heard else self.embedder
                 chunks = chunk_document(loaded, tokenizer, self.max_tokens)
             except IngestError as e:

@@ -78,15 +78,16 @@ def calibration_summary(store, reranker: Reranker | None) -> dict:
         c = Calibration.from_json(data) if data is not None else None
     except FunnelError as e:
         return {"option": "first_stage", "reason": str(e)}
-    if reranker is None:
-        return {"option": "first_stage", "reason": "no reranker configured"}
     if c is None:
-        return {"option": "first_stage", "reason": "not calibrated yet"}
+        return {"option": "first_stage", "reason": "no reranker configured" if reranker is None else "not calibrated yet"}
+    first = {"first_stage": c.first_stage, "first_stage_reason": c.first_stage_reason, "languages": c.languages}
+    if reranker is None:
+        return {"option": "first_stage", "reason": "no reranker configured", **first}
     mismatch = c.mismatch(reranker.name, c.embedder)  # the embedder is not loaded here: only the reranker is checked
     if mismatch:
-        return {"option": "first_stage", "reason": mismatch}
+        return {"option": "first_stage", "reason": mismatch, **first}
     return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries,
-            "source": c.source}
+            "source": c.source, **first}
 
 
 class _CutShort(Exception):
@@ -282,7 +283,7 @@ class Collection:
     def _calibrate(self, _: str, lease: Lease) -> bool:
         """Measure the reranker on the collection as it now is (`auto` uses it). A failure keeps the previous
         calibration and is logged; searches go on meanwhile."""
-        if self._services.reranker is None or self.store.info() is None:
+        if self.store.info() is None:  # with no reranker it still chooses the first stage
             return False
 
         def keep_going(done: int, total: int) -> None:

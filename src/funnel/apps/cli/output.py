@@ -101,6 +101,8 @@ def print_calibration_note(pipeline) -> None:
         out.print(f"calibration: {problem}")
         return
     c = pipeline.calibration()
+    if c.languages:
+        out.print("languages: " + ", ".join(f"{lang} {share:.0%}" for lang, share in c.languages.items()))
     out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): first stage "
               f"{c.first_stage} — {c.first_stage_reason or 'not measured'}; second stage {c.option} — {c.reason}")
 
