@@ -223,7 +223,7 @@ def test_safe_filename():
     assert safe_filename("..") == "upload"
     assert safe_filename("...pdf") == "upload.pdf"
     assert safe_filename("x" * 500 + ".md") == "x" * 117 + ".md"
-    assert safe_filename("na\u0308me ünïcode.txt") == "n_me _n_code.txt"
+    assert safe_filename("na\u0308me ünïcode.txt") == "näme ünïcode.txt"  # kept, composed (issue 31)
 
 
 # --- ingest outcomes, deletion ------------------------------------------------------------------------------

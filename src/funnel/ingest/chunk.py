@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from funnel.errors import ConfigError
-from funnel.ingest.split import cells, code_lines, lines, paragraphs, sentences, strip_span
+from funnel.ingest.split import Cut, cells, code_lines, cut_at, lines, paragraphs, sentences, strip_span
 from funnel.types import Chunk, Document, LoadedDocument, Section, SectionKind
 
 
@@ -173,21 +173,36 @@ class _SectionChunker:
         while i < len(offsets):
             j = min(i + budget, len(offsets))
             if j < len(offsets):
-                # Back off to a gap between words: a sub-word cut can re-tokenize into more tokens.
-                k = j
-                while k - 1 > i and offsets[k][0] == offsets[k - 1][1]:
-                    k -= 1
-                if offsets[k][0] != offsets[k - 1][1]:
-                    j = k
+                j = self._best_cut(offsets, i, j)
             while True:
                 piece_end = offsets[j][0] if j < len(offsets) else end
                 piece = strip_span(self.text, piece_start, piece_end)
                 if j - 1 <= i or self.tok.count_tokens(self.text[piece[0] : piece[1]]) <= budget:
                     break
-                j -= 1
+                j = self._best_cut(offsets, i, j - 1)
             pieces.append(piece)
             i, piece_start = j, piece_end
         return pieces or [(start, end)]
+
+    def _best_cut(self, offsets: list[tuple[int, int]], i: int, j: int) -> int:
+        """The token in (i, j] to cut before: the last one at the best kind of place (`Cut`), else j.
+
+        A sub-word cut can re-tokenize into more tokens, and reads badly. Hangul is where it bit: a BERT
+        tokenizer splits each syllable into several jamo tokens that all carry the syllable's offsets, so
+        "token k starts where token k-1 ends" held only between syllables, and the cut landed inside a word.
+        """
+        best, best_cut = j, Cut.NEVER
+        for k in range(j, i, -1):
+            if offsets[k][0] < offsets[k - 1][1]:
+                continue  # pieces of one character
+            cut = cut_at(self.text, offsets[k][0])
+            if cut < Cut.IN_WORD and offsets[k][0] > offsets[k - 1][1]:
+                cut = Cut.SPACE  # the tokenizer skipped something here: a space, or punctuation it drops
+            if cut < best_cut:
+                best, best_cut = k, cut
+                if cut == Cut.SPACE:
+                    break
+        return best
 
     # -- packing ------------------------------------------------------------------------------------
 
@@ -324,8 +339,12 @@ class _SectionChunker:
             return ""
         if self.tok.count_tokens(prefix) <= limit:
             return prefix
-        offsets = [o for o in self.tok.token_offsets(prefix) if o[1] > o[0]]
-        cut = prefix[: offsets[limit - 1][1]] if len(offsets) >= limit else prefix
-        while cut and self.tok.count_tokens(cut) > limit:
-            cut = cut[:-1]
-        return cut.rstrip(" >")
+        # Cut where the last of the first `limit` tokens ends that is not inside a word: a trail such as
+        # "회의록 > 재무팀장의 별도 승인" loses whole words, never half of one ("별" of "별도"). No trail at all
+        # when not even its first word fits: half a word would mislead more than it tells.
+        ends = sorted({b for a, b in self.tok.token_offsets(prefix) if b > a})[:limit]
+        for end in reversed(ends):
+            cut = prefix[:end].rstrip(" >")
+            if cut_at(prefix, end) < Cut.IN_WORD and cut and self.tok.count_tokens(cut) <= limit:
+                return cut
+        return ""

@@ -17,6 +17,7 @@ from typing import BinaryIO
 from funnel.apps.api.errors import Conflict, TooLarge, UnsupportedType
 from funnel.errors import IngestError
 from funnel.ingest.loaders import PDF_MAGIC, SNIFF_BYTES, UPLOADABLE, looks_binary, sniff
+from funnel.ingest.split import Cut, cut_at
 from funnel.ingest.text import decode_text
 from funnel.types import Kind
 
@@ -24,7 +25,17 @@ from funnel.types import Kind
 KINDS: dict[str, Kind] = {suffix: loader.kind for loader in UPLOADABLE for suffix in loader.extensions}
 MEDIA_TYPES: dict[Kind, str] = {loader.kind: loader.media_type for loader in UPLOADABLE}
 MAX_NAME_CHARS = 120
-_UNSAFE = re.compile(r"[^A-Za-z0-9._ ()+-]+")
+# A name may take 255 bytes on Linux and macOS; this leaves room for the " (9999)" of a taken name.
+MAX_NAME_BYTES = 240
+# What Windows refuses in a name; the slashes are folder separators everywhere and are split off first.
+_FORBIDDEN = frozenset('<>:"|?*')
+# Zero-width (non-)joiners belong to Persian words and emoji; other format characters, such as the bidi
+# overrides that make "gpj.exe" show as "exe.jpg", do not belong in a file name.
+_JOINERS = frozenset("\u200c\u200d")
+_WINDOWS_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+    | {f"{port}{n}" for port in ("COM", "LPT") for n in [*"123456789", "\u00b9", "\u00b2", "\u00b3"]}
+)
 
 
 @dataclass(frozen=True)
@@ -37,18 +48,53 @@ class Upload:
 
 
 def safe_filename(name: str) -> str:
-    """The last path part of `name`, in a small safe alphabet: no folders, no `..`, no hidden file, no
-    control characters, at most MAX_NAME_CHARS, extension kept (and lower-cased)."""
-    name = unicodedata.normalize("NFKC", name or "")
+    """The last path part of `name`, its characters kept in any script (NFC, so a Mac's decomposed
+    "회의 메모.md" and a PC's are one name), made safe to store on any system: no folders, no `..`, no hidden
+    file, no control or bidi characters, none Windows forbids, no reserved device name (CON, LPT1, ...), at
+    most MAX_NAME_CHARS characters and MAX_NAME_BYTES bytes of UTF-8, extension kept (and lower-cased)."""
+    name = unicodedata.normalize("NFC", name or "")
     name = re.split(r"[\\/]", name)[-1]  # a Windows path arrives with backslashes
-    name = _UNSAFE.sub("_", name)
+    name = _replace_unsafe(name)
     stem, dot, suffix = name.rpartition(".")
     if not dot:
         stem, suffix = name, ""
     stem = stem.strip(" ._") or "upload"
     suffix = suffix.strip(" ._").lower()
     suffix = "." + suffix if suffix else ""
-    return stem[: MAX_NAME_CHARS - len(suffix)] + suffix
+    if len(suffix.encode()) > MAX_NAME_BYTES // 2:  # no extension but a long name with a dot in it
+        stem, suffix = stem + suffix, ""
+    if stem.split(".")[0].rstrip(" ").upper() in _WINDOWS_RESERVED:
+        stem = "_" + stem
+    stem = _shorten(stem, MAX_NAME_CHARS - len(suffix), MAX_NAME_BYTES - len(suffix.encode()))
+    return (stem.rstrip(" .") or "upload") + suffix
+
+
+def _replace_unsafe(name: str) -> str:
+    """Each run of characters unsafe in a name, one "_"."""
+    out: list[str] = []
+    for ch in name:
+        category = unicodedata.category(ch)
+        unsafe = (
+            ch in _FORBIDDEN
+            or category in ("Cc", "Cs", "Zl", "Zp")
+            or (category == "Cf" and ch not in _JOINERS)
+        )
+        if not unsafe:
+            out.append(ch)
+        elif not out or out[-1] != "\0":
+            out.append("\0")  # a placeholder: a "_" of the name itself is not merged with a run
+    return "".join(out).replace("\0", "_")
+
+
+def _shorten(stem: str, max_chars: int, max_bytes: int) -> str:
+    """The longest start of `stem` within both limits that does not end inside a character (an accent,
+    a Hangul syllable written as jamo, an emoji sequence)."""
+    end = min(len(stem), max(max_chars, 0))
+    while end and len(stem[:end].encode()) > max_bytes:
+        end -= 1
+    while 0 < end < len(stem) and cut_at(stem, end) == Cut.NEVER:
+        end -= 1
+    return stem[:end]
 
 
 def kind_of(filename: str) -> Kind:
