@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 DEFAULT_QUERIES = 120
+# The first stage is chosen on a larger sample of its own: it needs no reranker, so queries are cheap, and
+# its options differ by less (on a Korean manual set, BM25 alone against the hybrid: p=0.50 on 96 queries,
+# p=0.009 on 194; BENCHMARKS.md "Korean").
+FIRST_STAGE_QUERIES = 300
 MIN_QUERIES = 20  # below this a corpus is too small to say anything; the safe choice stays
 MIN_GAIN = 0.005  # MRR@10 the reranker must add before it is trusted
 MAX_P = 0.05  # ... with this paired-test significance
@@ -472,9 +476,7 @@ def calibrate(
     config = config or SearchConfig()
     if judged:
         return _calibrate_judged(store, embedder, reranker, config, judged, made, started, progress)
-    queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
-    if len(queries) < MIN_QUERIES:  # short records (one sentence each): halves of them
-        queries, sources = _sample(store, n_queries, random.Random(seed), ("half",))
+    queries, sources = _generated(store, n_queries, seed, kinds)
     if len(queries) < MIN_QUERIES:
         return Calibration(
             RerankPolicy.NONE, 0.0,
@@ -484,8 +486,19 @@ def calibrate(
             **made,
         )
     described = f"{len(queries)} test queries made from this corpus"
+    wide = _generated(store, max(n_queries, FIRST_STAGE_QUERIES), seed, kinds)
     return _measure_and_decide(store, embedder, reranker, config, queries, sources, described, made, started,
-                               progress)
+                               progress, first_stage_sample=wide)
+
+
+def _generated(
+    store: Store, n_queries: int, seed: int, kinds: tuple[str, ...]
+) -> tuple[list[PseudoQuery], dict[str, Chunk]]:
+    """`_sample`'s queries, or halves of records where the corpus is of one-sentence records."""
+    queries, sources = _sample(store, n_queries, random.Random(seed), kinds)
+    if len(queries) < MIN_QUERIES:
+        queries, sources = _sample(store, n_queries, random.Random(seed), ("half",))
+    return queries, sources
 
 
 def _calibrate_judged(
@@ -511,22 +524,27 @@ def _measure_and_decide(
     store: Store, embedder: Embedder, reranker: Reranker | None, config: SearchConfig, queries: list[PseudoQuery],
     sources: dict[str, Chunk] | None, described: str, made: dict, started: float,
     progress: Callable[[int, int], None] | None,
+    first_stage_sample: tuple[list[PseudoQuery], dict[str, Chunk]] | None = None,
 ) -> Calibration:
-    """The first stage chosen from its options' reciprocal ranks, then the second stage's options measured
-    over that first stage's windows, on a small copy of the index (the index itself when `sources` is None:
-    judged queries edit nothing)."""
+    """The first stage chosen from its options' reciprocal ranks (on `first_stage_sample` when given, else on
+    `queries`), then the second stage's options measured over that first stage's windows for `queries`, each
+    on a small copy of the index (the index itself when `sources` is None: judged queries edit nothing)."""
     fs = replace(config.first_stage, retrieval=Retrieval.HYBRID)
     n = max(fs.per_retriever, config.candidates)
-    with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
-        copy = store if sources is None else _small_copy(store, embedder, queries, sources, n, fs, tmp)
-        retrieved = [retrieve(copy, embedder, q.text, n, fs) for q in queries]
+    retrieved = _retrieved(store, embedder, queries, sources, n, fs)
+    fs_queries, fs_retrieved = queries, retrieved
+    if first_stage_sample is not None and len(first_stage_sample[0]) > len(queries):
+        fs_queries = first_stage_sample[0]
+        fs_retrieved = _retrieved(store, embedder, fs_queries, first_stage_sample[1], n, fs)
+        described = f"{len(fs_queries)} test queries made from this corpus"
     fs_rr = {
         o.name: [_reciprocal_rank([c.chunk.chunk_id for c in fuse(*lists, config.candidates, _weighted(fs, o),
                                                                    config.chunks_per_document)], q.relevant)
-                 for q, lists in zip(queries, retrieved)]
+                 for q, lists in zip(fs_queries, fs_retrieved)]
         for o in FIRST_STAGES
     }
     first, first_reason, _ = _choose_first_stage(fs_rr, described)
+    described = described if fs_queries is queries else f"{len(queries)} test queries made from this corpus"
     chosen_fs = _weighted(fs, first)
     windows = [fuse(*lists, config.candidates, chosen_fs, config.chunks_per_document) for lists in retrieved]
     first_stage = dict(
@@ -555,6 +573,16 @@ def _languages(chunks: list[Chunk]) -> dict[str, float]:
     counts = Counter(unique.values())
     total = sum(counts.values())
     return {lang: round(n / total, 3) for lang, n in counts.most_common(5)} if total else {}
+
+
+def _retrieved(
+    store: Store, embedder: Embedder, queries: list[PseudoQuery], sources: dict[str, Chunk] | None, n: int,
+    fs: FirstStageConfig,
+) -> list[tuple[list, list]]:
+    """Each query's BM25 and dense top-n on a small copy of the index (on the index when `sources` is None)."""
+    with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
+        copy = store if sources is None else _small_copy(store, embedder, queries, sources, n, fs, tmp)
+        return [retrieve(copy, embedder, q.text, n, fs) for q in queries]
 
 
 def _weighted(config: FirstStageConfig, option: FirstStageOption) -> FirstStageConfig:
