@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from funnel.analyze import LEGACY, has_cjk
 from funnel.calibrate import DEFAULT_QUERIES, JUDGED, Calibration, Judged, calibrate, parse_judged
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, StoreError
@@ -255,6 +256,9 @@ class Pipeline:
         info = self.store.info()
         if info is None:
             raise StoreError("the index is empty: run `funnel ingest PATH` first")
+        if info.analyzer == LEGACY and has_cjk(query):
+            notes += (f"this index was analyzed as {LEGACY} (made before per-language analysis): Korean, Chinese and "
+                      "Japanese words match only whole; ingest into a new index to re-analyze them",)
         if (info.embedder, info.dim) != (self.embedder.name, self.embedder.dim):
             raise ConfigError(
                 f"the index was built with embedder {info.embedder} (dim {info.dim}), but this search uses "
