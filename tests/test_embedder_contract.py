@@ -78,3 +78,10 @@ class TestMiniLMFp32(EmbedderContract):
     @pytest.fixture(scope="class")
     def embedder(self):
         return load_embedder("minilm-fp32")
+
+
+@pytest.mark.model
+class TestE5Small(EmbedderContract):
+    @pytest.fixture(scope="class")
+    def embedder(self, e5_model_dir):  # built once a session (tests/e5_support.py)
+        return load_embedder("e5-small")

@@ -21,6 +21,7 @@ from langchain_core.embeddings import Embeddings  # noqa: E402
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
+from funnel.embed.base import embed_queries  # noqa: E402
 from funnel.integrations.langchain import FunnelReranker, FunnelRetriever  # noqa: E402
 from funnel.rerank.policies import GuaranteedSlots  # noqa: E402
 
@@ -163,7 +164,7 @@ class FunnelEmbeddings(Embeddings):
         return np.asarray(self.embedder.embed(list(texts))).tolist()
 
     def embed_query(self, text):
-        return self.embed_documents([text])[0]
+        return embed_queries(self.embedder, [text])[0].tolist()
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from llama_index.core.llms import MockLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode  # noqa: E402
 
+from funnel.embed.base import embed_queries  # noqa: E402
 from funnel.integrations.llama_index import FunnelPostprocessor, FunnelRetriever  # noqa: E402
 from funnel.rerank.policies import GuaranteedSlots  # noqa: E402
 
@@ -104,7 +105,7 @@ class FunnelEmbedding(BaseEmbedding):
         return [float(x) for x in self.embedder.embed([text])[0]]
 
     def _get_query_embedding(self, query):
-        return self._get_text_embedding(query)
+        return [float(x) for x in embed_queries(self.embedder, [query])[0]]
 
     async def _aget_query_embedding(self, query):
         return self._get_query_embedding(query)

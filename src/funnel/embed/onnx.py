@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,12 @@ import numpy as np
 
 from funnel.errors import BackendUnavailable
 from funnel.onnx import layout
-from funnel.onnx.runtime import MAX_DEFAULT_THREADS, OnnxModel, default_threads
+from funnel.onnx.runtime import MAX_DEFAULT_THREADS, OnnxModel, default_threads, load_tokenizer
 
-__all__ = ["MAX_DEFAULT_THREADS", "MODEL_DIR_ENV", "OnnxEmbedder", "default_model_dir"]
+__all__ = [
+    "MAX_DEFAULT_THREADS", "MODEL_DIR_ENV", "OnnxEmbedder", "build_atomically", "default_model_dir",
+    "is_current_build",
+]
 
 MODEL_DIR_ENV = "FUNNEL_MODEL_DIR"
 
@@ -37,34 +40,45 @@ def default_model_dir() -> Path:
         if env
         else Path.home() / ".cache" / "funnel" / "models" / layout.PACKAGED_NAME
     )
-    if not _is_current_build(target):
-        _build_atomically(target)
+    if not is_current_build(target):
+        source = layout.packaged_minilm_dir()  # raises BackendUnavailable with the pip command
+
+        def build(staging: Path) -> None:
+            from funnel.onnx.build import build_packaged  # the `onnx` package, only when a build is due
+
+            build_packaged(staging)
+
+        build_atomically(target, build, f"the ONNX model from {source}", MODEL_DIR_ENV)
     return target
 
 
-def _is_current_build(model_dir: Path) -> bool:
+def is_current_build(model_dir: Path, name: str | None = None) -> bool:
+    """Whether `model_dir` holds a build by this builder version (and of the model `name`, when given)."""
     try:
         meta = json.loads((model_dir / layout.META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return meta.get("builder_version") == layout.BUILDER_VERSION
+    return meta.get("builder_version") == layout.BUILDER_VERSION and name in (None, meta.get("name"))
 
 
-def _build_atomically(target: Path) -> None:
-    """Build beside the target, then rename, so a crash or a concurrent reader never sees half a model."""
-    source = layout.packaged_minilm_dir()  # raises BackendUnavailable with the pip command
+def build_atomically(
+    target: Path, build: Callable[[Path], None], what: str, env: str, name: str | None = None
+) -> None:
+    """`build(staging)` beside the target, then rename, so a crash or a concurrent reader never sees half a
+    model: whatever `build` raises, its staging folder is removed. A failed write (disk full) is one line."""
     if target.exists() and not target.is_dir():
-        raise BackendUnavailable(f"{target} is a file; point {MODEL_DIR_ENV} at a directory")
+        raise BackendUnavailable(f"{target} is a file; point {env} at a directory")
     if target.is_dir() and any(target.iterdir()) and not (target / layout.META_FILE).is_file():
-        # Never delete a directory we did not write (FUNNEL_MODEL_DIR may point anywhere).
+        # Never delete a directory we did not write ($env may point anywhere).
         raise BackendUnavailable(f"{target} exists and is not a funnel ONNX model directory; empty it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
     try:
-        from funnel.onnx.build import build_packaged  # the `onnx` package, only when a build is due
-
-        build_packaged(staging)
-        if _is_current_build(target):  # another process finished first; keep what readers may use
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    except OSError as exc:
+        raise BackendUnavailable(f"could not build {what} into {target}: {exc}") from None
+    try:
+        build(staging)
+        if is_current_build(target, name):  # another process finished first; keep what readers may use
             return
         if target.exists():  # our own outdated build: move aside, as os.replace needs an empty target
             stale = Path(tempfile.mkdtemp(prefix=f".{target.name}.stale-", dir=target.parent))
@@ -73,10 +87,8 @@ def _build_atomically(target: Path) -> None:
         os.replace(staging, target)
     except OSError as exc:
         # Another process may have won the race between our check and rename; its build is as good.
-        if not _is_current_build(target):
-            raise BackendUnavailable(
-                f"could not build the ONNX model from {source} into {target}: {exc}"
-            ) from None
+        if not is_current_build(target, name):
+            raise BackendUnavailable(f"could not build {what} into {target}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -128,8 +140,21 @@ class OnnxEmbedder(OnnxModel):
 
     WHAT = "the ONNX embedder"
 
-    def _truncate(self, tokenizer: Any) -> None:
-        tokenizer.enable_truncation(self.max_seq_length)  # counts specials, like sentence-transformers
+    def _load_tokenizers(self) -> tuple[Any, Any]:
+        # One copy counts and embeds: `_encode` cuts to the window itself, where the tokenizer's own
+        # truncation would need a second, truncating copy (XLM-R's 250k-piece vocabulary holds ~280 MB).
+        tokenizer = load_tokenizer(self.tokenizer_path, self.WHAT)
+        return tokenizer, tokenizer
+
+    def _encode(self, texts: list[str]) -> list[Any]:
+        """Encodings with specials, cut to the window exactly as `enable_truncation(max_seq_length)` cuts
+        (content tokens from the right, then the specials; counted with them, like sentence-transformers)."""
+        room = self.max_seq_length - self._tokenizer.num_special_tokens_to_add(False)
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        for encoding in encodings:
+            if len(encoding.ids) > room:
+                encoding.truncate(room)
+        return [self._tokenizer.post_process(e) for e in encodings]
 
     # ---------------------------------------------------------------------------------------------
     # The Embedder protocol
@@ -148,7 +173,7 @@ class OnnxEmbedder(OnnxModel):
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        encodings = self._encode(texts)
         for rows in self._batches([len(e.ids) for e in encodings]):
             ids, mask = _pad([encodings[i].ids for i in rows])
             (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})

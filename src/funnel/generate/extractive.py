@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
-from funnel.embed.base import Embedder
+from funnel.embed.base import Embedder, embed_queries
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
 _SENTENCE_END = SENTENCE_END
@@ -166,8 +166,8 @@ class ExtractiveGenerator:
         cjk = has_cjk(question)
         if cjk and any(has_cjk(s) for s, _ in pool):  # a Korean (Chinese, Japanese) question: an answer in it
             pool = [(s, c) for s, c in pool if has_cjk(s)]
-        vectors = self.embedder.embed([question] + [s for s, _ in pool])
-        semantic = vectors[1:] @ vectors[0]
+        sentences = self.embedder.embed([s for s, _ in pool])
+        semantic = sentences @ embed_queries(self.embedder, [question])[0]
         q_terms = _terms(question)
         lexical = np.array([len(q_terms & _terms(s)) / max(len(q_terms), 1) for s, _ in pool])
         # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for a

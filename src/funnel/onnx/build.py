@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -58,6 +59,8 @@ def quantize_int8(fp32_path: Path, int8_path: Path, exclude: tuple[str, ...] = (
 
     # quantize_dynamic warns on every call that the model was not pre-processed; that is on purpose
     # here (pre-processing fuses nodes, and we quantise the unfused graph).
+    from google.protobuf.message import DecodeError
+
     logger = logging.getLogger()
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -70,6 +73,13 @@ def quantize_int8(fp32_path: Path, int8_path: Path, exclude: tuple[str, ...] = (
             weight_type=QuantType.QInt8,
             nodes_to_exclude=list(exclude),
         )
+    except DecodeError:
+        # The quantiser writes a shape-inferred copy beside the model from C++, which a full disk cuts
+        # short without an error; reading it back is where that shows.
+        free = shutil.disk_usage(int8_path.parent).free // 2**20
+        raise BackendUnavailable(
+            f"quantising {fp32_path} failed: a copy it wrote is cut short ({free} MiB free there; disk full?)"
+        ) from None
     finally:
         logger.setLevel(level)
 

@@ -51,19 +51,22 @@ def load_session(model_path: Path, threads: int, what: str) -> Any:
     )
 
 
-def load_tokenizers(tokenizer_path: Path, what: str) -> tuple[Any, Any]:
-    """(counter, tokenizer) from one tokenizer.json, both without the file's own padding: the counter
-    never truncates (chunk sizing, finding where to cut); the caller sets the tokenizer's truncation."""
+def load_tokenizer(tokenizer_path: Path, what: str) -> Any:
+    """The tokenizer.json's tokenizer without its own padding or truncation."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
         raise missing_dependency(what, "tokenizers") from None
-    counter = Tokenizer.from_file(str(tokenizer_path))
-    counter.no_padding()  # the file may carry a fixed padding; we pad per batch ourselves
-    counter.no_truncation()
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    tokenizer.no_padding()
-    return counter, tokenizer
+    tokenizer.no_padding()  # the file may carry a fixed padding; we pad per batch ourselves
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def load_tokenizers(tokenizer_path: Path, what: str) -> tuple[Any, Any]:
+    """(counter, tokenizer) from one tokenizer.json: the counter never truncates (chunk sizing, finding
+    where to cut); the caller sets the tokenizer's truncation."""
+    return load_tokenizer(tokenizer_path, what), load_tokenizer(tokenizer_path, what)
 
 
 class OnnxModel:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from funnel.embed.base import Embedder
+from funnel.embed.base import Embedder, embed_queries
 from funnel.config import Choice
 from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.retrieve.fusion import rrf
@@ -73,7 +73,7 @@ def retrieve(
     if config.retrieval.lexical:
         lexical = store.search_lexical(query, n, filter)
     if config.retrieval.dense:
-        dense = store.search_dense(embedder.embed([query])[0], n, filter)
+        dense = store.search_dense(embed_queries(embedder, [query])[0], n, filter)
     return lexical, dense
 
 
