@@ -218,12 +218,31 @@ def test_calibrate_on_judged_queries_and_back(tmp_path):
     assert stored["source"] == "generated"  # a refused calibration changes nothing
 
 
+def test_an_index_keeps_its_analyzer_and_says_the_first_stage_it_runs(tmp_path):
+    docs = tmp_path / "ko"
+    docs.mkdir()
+    (docs / "규정.md").write_text("# 출장 규정\n\n해외 출장은 재무팀장의 별도 승인이 필요합니다. 숙박비는 1박에 12만 원까지입니다.\n")
+    made = funnel("ingest", str(docs), "--analyzer", "cjk", "--reranker", "none", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "calibrated (" in made.stdout and "first stage" in made.stdout  # no reranker: the first stage alone
+    other = funnel("ingest", str(docs), "--analyzer", "english", cwd=tmp_path)
+    no_traceback(other)
+    assert other.returncode == 2 and "analyzed with cjk, not english" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+    bad = funnel("ingest", str(docs), "--analyzer", "klingon", cwd=tmp_path)
+    assert bad.returncode == 2 and "must be one of auto, english, cjk, korean" in bad.stderr
+    found = funnel("search", "재무팀장 승인", "--reranker", "none", cwd=tmp_path)
+    assert found.returncode == 0 and "규정.md" in found.stdout and "first stage: " in found.stderr
+
+
 def test_calibrate_errors_are_one_line(tmp_path):
     empty = funnel("calibrate", "--reranker", "lexical", cwd=tmp_path)
     no_traceback(empty)
     assert empty.returncode == 5 and "run `funnel ingest PATH` first" in empty.stderr
+    # Without a reranker there is still a first stage to choose: the same error as any calibration of nothing.
     none = funnel("calibrate", "--reranker", "none", cwd=tmp_path)
-    assert none.returncode == 2 and "nothing to calibrate" in none.stderr
+    no_traceback(none)
+    assert none.returncode == 5 and "run `funnel ingest PATH` first" in none.stderr
 
 
 def test_an_ingest_succeeds_when_its_calibration_cannot_run(tmp_path):
