@@ -62,6 +62,17 @@ def test_without_kiwi_korean_falls_back_to_bigrams_with_one_line(monkeypatch, ca
     assert any("Kiwi is not installed" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
 
 
+def test_kiwi_failing_to_load_gives_bigrams_and_one_line(monkeypatch, caplog):
+    monkeypatch.setattr(korean, "_kiwi", None)
+    monkeypatch.setattr(korean, "_problem", "Kiwi failed to load (RuntimeError: bad model file)")
+    monkeypatch.setattr(korean, "_told", False)
+    with caplog.at_level(logging.WARNING):
+        assert analyze.get("korean").lex("서울에서 열린 회의").split() == analyze.get("cjk").lex("서울에서 열린 회의").split()
+        analyze.get("korean").lex("부산에서")
+    said = [r.getMessage() for r in caplog.records if "Kiwi failed to load" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]
+
+
 def test_an_index_made_before_analyzers_opens_and_searches_as_before(tmp_path):
     store = LanceStore(tmp_path / "old")
     docs = [chunk("k", 0, "서울에서 열린 회의"), chunk("e", 0, "the meeting in Seoul")]

@@ -159,7 +159,8 @@ class Calibration:
 
     def first_stage_config(self, config: FirstStageConfig) -> FirstStageConfig:
         """`config` with the chosen first stage: its weights, and one retriever alone when the other got 0."""
-        mode = Retrieval.BM25 if not self.dense_weight else Retrieval.DENSE if not self.bm25_weight else Retrieval.HYBRID
+        mode = (Retrieval.BM25 if not self.dense_weight
+                else Retrieval.DENSE if not self.bm25_weight else Retrieval.HYBRID)
         return replace(config, retrieval=mode, bm25_weight=self.bm25_weight or 1.0,
                        dense_weight=self.dense_weight or 1.0)
 
@@ -482,8 +483,8 @@ def calibrate(
             RerankPolicy.NONE, 0.0,
             f"too small to calibrate: {len(queries)} test queries could be made from {info.chunks} chunks "
             f"(at least {MIN_QUERIES} needed); the first-stage order is kept",
-            queries=len(queries), seconds=time.perf_counter() - started, languages=_languages(list(sources.values())),
-            **made,
+            queries=len(queries), seconds=time.perf_counter() - started,
+            languages=_languages(list(sources.values())), **made,
         )
     described = f"{len(queries)} test queries made from this corpus"
     wide = _generated(store, max(n_queries, FIRST_STAGE_QUERIES), seed, kinds)
@@ -521,8 +522,8 @@ def _calibrate_judged(
 
 
 def _measure_and_decide(
-    store: Store, embedder: Embedder, reranker: Reranker | None, config: SearchConfig, queries: list[PseudoQuery],
-    sources: dict[str, Chunk] | None, described: str, made: dict, started: float,
+    store: Store, embedder: Embedder, reranker: Reranker | None, config: SearchConfig,
+    queries: list[PseudoQuery], sources: dict[str, Chunk] | None, described: str, made: dict, started: float,
     progress: Callable[[int, int], None] | None,
     first_stage_sample: tuple[list[PseudoQuery], dict[str, Chunk]] | None = None,
 ) -> Calibration:
@@ -551,18 +552,19 @@ def _measure_and_decide(
         first_stage=first.name, bm25_weight=first.bm25_weight, dense_weight=first.dense_weight,
         first_stage_reason=first_reason, first_stage_mrr={k: float(np.mean(v)) for k, v in fs_rr.items()},
     )
-    window_recall = float(np.mean([any(c.chunk.chunk_id in q.relevant for c in w) for q, w in zip(queries, windows)]))
+    held = [any(c.chunk.chunk_id in q.relevant for c in w) for q, w in zip(queries, windows)]
+    window_recall = float(np.mean(held))
     languages = _languages([s.chunk for lists in retrieved for ranked in lists for s in ranked])
     if reranker is None:
         return Calibration(RerankPolicy.NONE, 0.0, "no reranker configured", queries=len(queries),
-                           window_recall=window_recall, seconds=time.perf_counter() - started, languages=languages,
-                           **first_stage, **made)
+                           window_recall=window_recall, seconds=time.perf_counter() - started,
+                           languages=languages, **first_stage, **made)
     rr = _second_stage_rr(reranker, config, queries, windows, progress)
     result = _decide(rr, queries, window_recall, described, started, made)
     main = next(iter(languages), None)
     if result.policy is RerankPolicy.NONE and main not in (None, "en"):
-        reason = (f"{result.reason}; this index is mostly {main} ({languages[main]:.0%} of the chunks measured) and "
-                  "the reranker may read English only: a multilingual reranker can be calibrated instead")
+        reason = (f"{result.reason}; this index is mostly {main} ({languages[main]:.0%} of the chunks measured) "
+                  "and the reranker may read English only: a multilingual reranker can be calibrated instead")
         result = replace(result, reason=reason)
     return replace(result, languages=languages, **first_stage)
 
@@ -579,7 +581,7 @@ def _retrieved(
     store: Store, embedder: Embedder, queries: list[PseudoQuery], sources: dict[str, Chunk] | None, n: int,
     fs: FirstStageConfig,
 ) -> list[tuple[list, list]]:
-    """Each query's BM25 and dense top-n on a small copy of the index (on the index when `sources` is None)."""
+    """Each query's BM25 and dense top-n on a small copy of the index (the index when `sources` is None)."""
     with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
         copy = store if sources is None else _small_copy(store, embedder, queries, sources, n, fs, tmp)
         return [retrieve(copy, embedder, q.text, n, fs) for q in queries]

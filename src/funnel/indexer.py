@@ -90,13 +90,13 @@ def display_path(path: Path) -> str:
 
 class Indexer:
     def __init__(
-        self, store: Store, embedder: Embedder, max_tokens: int | None = None, limits: FileLimits | None = None,
-        analyzer: str | None = None,
+        self, store: Store, embedder: Embedder, max_tokens: int | None = None,
+        limits: FileLimits | None = None, analyzer: str | None = None,
     ):
         self.store = store
         self.limits = limits or FileLimits()
         self.embedder = embedder
-        self.analyzer = analyzer  # funnel.analyze: None or "auto" takes the index's, or the default for a new one
+        self.analyzer = analyzer  # funnel.analyze: None/"auto": the index's own, or the default for a new one
         if max_tokens is not None and not 16 <= max_tokens <= embedder.max_tokens:
             raise ConfigError(
                 f"max_tokens must be between 16 and {embedder.max_tokens} ({embedder.name}'s window), "

@@ -224,9 +224,11 @@ class Pipeline:
         return SearchRequest(query, k, window, fs_config, self.resolve_policy(requested, version), filter,
                              chunks_per_document=config.chunks_per_document, first_stage_label=fs_label)
 
-    def resolve_first_stage(self, fs: FirstStageConfig, version: int | None = None) -> tuple[FirstStageConfig, str]:
-        """`auto` -> the first stage the index's calibration chose (`funnel.calibrate.FIRST_STAGES`) when it was
-        measured with this embedder and no weights were set by hand; otherwise the 1:1 hybrid. Any other mode
+    def resolve_first_stage(
+        self, fs: FirstStageConfig, version: int | None = None
+    ) -> tuple[FirstStageConfig, str]:
+        """`auto` -> the first stage the index's calibration chose (`funnel.calibrate.FIRST_STAGES`) when it
+        was measured with this embedder and no weights were set by hand; otherwise the 1:1 hybrid. Any other mode
         is taken as it is. Returns it and its label."""
         if fs.retrieval is not Retrieval.AUTO:
             return fs, fs.retrieval.value
@@ -257,8 +259,8 @@ class Pipeline:
         if info is None:
             raise StoreError("the index is empty: run `funnel ingest PATH` first")
         if info.analyzer == LEGACY and has_cjk(query):
-            notes += (f"this index was analyzed as {LEGACY} (made before per-language analysis): Korean, Chinese and "
-                      "Japanese words match only whole; ingest into a new index to re-analyze them",)
+            notes += (f"this index was analyzed as {LEGACY} (made before per-language analysis): Korean, "
+                      "Chinese and Japanese words match only whole; ingest into a new index to re-analyze them",)
         if (info.embedder, info.dim) != (self.embedder.name, self.embedder.dim):
             raise ConfigError(
                 f"the index was built with embedder {info.embedder} (dim {info.dim}), but this search uses "

@@ -155,8 +155,8 @@ def settle(requested: str | None, recorded: str | None, where: object) -> str:
         raise ConfigError(f"unknown analyzer {requested!r}; valid: {', '.join(names())}")
     if recorded is not None:
         if requested not in (AUTO, recorded):
-            raise ConfigError(f"{where} was analyzed with {recorded}, not {requested}; use analyzer {recorded} "
-                              "(or auto), or ingest into a new index to re-analyze")
+            raise ConfigError(f"{where} was analyzed with {recorded}, not {requested}; use analyzer "
+                              f"{recorded} (or auto), or ingest into a new index to re-analyze")
         return recorded
     if requested == AUTO:
         return _default()

@@ -10,6 +10,7 @@ character bigrams (BENCHMARKS.md, "Korean").
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 import threading
 
@@ -19,11 +20,15 @@ from funnel.errors import ConfigError
 _HANGUL = "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f"
 # A span of Hangul words with what may stand between them in a sentence, handed to Kiwi in one piece.
 _SPAN = re.compile(f"[{_HANGUL}]+(?:[\\s\\d.,;:!?'\"()\\[\\]·~%/-]+[{_HANGUL}]+)*")
-_CJK_OTHER = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+")
+_HAN_KANA = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+_CJK_OTHER = re.compile(f"[{_HAN_KANA}]+")
+_ALL_CJK = re.compile(f"[{_HANGUL}{_HAN_KANA}]+")
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _kiwi = None
 _problem: str | None = None
+_told = False
 
 
 def _load():
@@ -38,10 +43,24 @@ def _load():
             except ImportError:
                 _problem = "Kiwi is not installed (pip install 'funnel[korean]')"
             except Exception as e:  # a damaged model file, an unsupported CPU: say it, in one line
-                _problem = f"Kiwi failed to load ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                first = str(e).splitlines()[0][:200] if str(e) else ""
+                _problem = f"Kiwi failed to load ({type(e).__name__}: {first})"
         if _kiwi is None:
             raise ConfigError(f"analyzer korean: {_problem}")
         return _kiwi
+
+
+def _kiwi_or_none():
+    """Kiwi, or None (said once in the log) when it is missing or fails to load: Hangul is then analyzed as
+    bigrams, at ingest and at query time alike in this process, rather than stopping the ingest or search."""
+    global _told
+    try:
+        return _load()
+    except ConfigError as e:
+        if not _told:
+            _told = True
+            log.warning("%s; Hangul is analyzed as character bigrams", e)
+        return None
 
 
 def kiwi_problem() -> str | None:
@@ -62,11 +81,15 @@ class Korean:
         spans = list(_SPAN.finditer(text))
         if not spans:
             return _CJK_OTHER.sub(lambda m: bigrams(m.group()), text) if _CJK_OTHER.search(text) else text
-        analyzed = _load().tokenize([m.group() for m in spans])
+        kiwi = _kiwi_or_none()
+        if kiwi is None:
+            return _ALL_CJK.sub(lambda m: bigrams(m.group()), text)
+        analyzed = kiwi.tokenize([m.group() for m in spans])
         out, at = [], 0
         for match, tokens in zip(spans, analyzed):
             out.append(text[at:match.start()])
-            out.append(" " + " ".join(t.form for t in tokens if not t.tag.startswith("S") or t.tag in _KEPT) + " ")
+            words = (t.form for t in tokens if not t.tag.startswith("S") or t.tag in _KEPT)
+            out.append(" " + " ".join(words) + " ")
             at = match.end()
         out.append(text[at:])
         joined = "".join(out)

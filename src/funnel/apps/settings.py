@@ -58,8 +58,9 @@ class _Settings(BaseSettings):
     rerank_timeout_s: float = Field(30.0, gt=0)
     max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
     analyzer: str = Field(
-        analyze.AUTO, description=f"ingest: BM25 analysis of a new index: {' | '.join(analyze.names())} (auto: "
-                                  "korean with Kiwi, else cjk; an existing index keeps its own)"
+        analyze.AUTO,
+        description=f"ingest: BM25 analysis of a new index: {' | '.join(analyze.names())} (auto: korean with "
+                    "Kiwi, else cjk; an existing index keeps its own)"
     )
     max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
     max_pdf_mb: float = Field(100.0, gt=0, description="ingest: larger PDFs are skipped")

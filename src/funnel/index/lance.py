@@ -242,7 +242,8 @@ class LanceStore:
                     f"{self.path} was built with embedder {state['embedder']} (dim {state['dim']}), "
                     f"not {embedder} (dim {dim}); use that embedder or ingest into a new index"
                 )
-            analyzer = analyze.settle(analyzer, state.get("analyzer", analyze.LEGACY) if state else None, self.path)
+            recorded = state.get("analyzer", analyze.LEGACY) if state else None
+            analyzer = analyze.settle(analyzer, recorded, self.path)
             table, state = self._open_for_write(state, dim)
             tx = LanceTransaction(table, dim, analyze.get(analyzer))
             try:

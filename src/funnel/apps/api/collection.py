@@ -79,8 +79,10 @@ def calibration_summary(store, reranker: Reranker | None) -> dict:
     except FunnelError as e:
         return {"option": "first_stage", "reason": str(e)}
     if c is None:
-        return {"option": "first_stage", "reason": "no reranker configured" if reranker is None else "not calibrated yet"}
-    first = {"first_stage": c.first_stage, "first_stage_reason": c.first_stage_reason, "languages": c.languages}
+        reason = "no reranker configured" if reranker is None else "not calibrated yet"
+        return {"option": "first_stage", "reason": reason}
+    first = {"first_stage": c.first_stage, "first_stage_reason": c.first_stage_reason,
+             "languages": c.languages}
     if reranker is None:
         return {"option": "first_stage", "reason": "no reranker configured", **first}
     mismatch = c.mismatch(reranker.name, c.embedder)  # the embedder is not loaded here: only the reranker is checked

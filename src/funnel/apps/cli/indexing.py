@@ -70,7 +70,8 @@ def ingest(
         f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
         highlight=False,
     )
-    if calibrate and (report.added or report.updated or report.removed or pipeline.calibration_problem() is not None):
+    changed = report.added or report.updated or report.removed
+    if calibrate and (changed or pipeline.calibration_problem() is not None):
         _calibrate(pipeline, after_ingest=True)
     if watch:
         _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})

@@ -104,7 +104,8 @@ def print_calibration_note(pipeline) -> None:
     if c.languages:
         out.print("languages: " + ", ".join(f"{lang} {share:.0%}" for lang, share in c.languages.items()))
     out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): first stage "
-              f"{c.first_stage} — {c.first_stage_reason or 'not measured'}; second stage {c.option} — {c.reason}")
+              f"{c.first_stage} — {c.first_stage_reason or 'not measured'}; "
+              f"second stage {c.option} — {c.reason}")
 
 
 def print_answer(answer: Answer) -> None:
