@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from funnel.analyze import SENTENCE_END
+from funnel.analyze import CJK_LETTERS, SENTENCE_END
 from funnel.embed.base import Embedder
 from funnel.errors import BackendUnavailable, ConfigError, StoreError
 from funnel.index.base import Store
@@ -71,10 +71,8 @@ RR_DEPTH = 10
 MAX_JUDGED = 5000  # judged queries in one calibration (each is a search and a rerank)
 GENERATED, JUDGED = "generated", "judged"
 
-_CJK = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-_SENTENCE_END = SENTENCE_END
 # A real word: 3+ letters, or 2+ Hangul/CJK characters (a Korean or Chinese word is often two syllables).
-_WORD = re.compile(f"[^\\W\\d_{_CJK}]{{3,}}|[{_CJK}]{{2,}}")
+_WORD = re.compile(f"[^\\W\\d_{CJK_LETTERS}]{{3,}}|[{CJK_LETTERS}]{{2,}}")
 _FILE_NAME = re.compile(r"[\w.-]+\.[A-Za-z0-9]{1,5}")
 
 
@@ -213,7 +211,7 @@ def _units(text: str) -> list[str]:
     """Sentences, and lines that are not sentences (table rows, code, list items)."""
     units = []
     for line in text.splitlines():
-        units.extend(s.strip() for s in _SENTENCE_END.split(line) if s.strip())
+        units.extend(s.strip() for s in SENTENCE_END.split(line) if s.strip())
     return units
 
 

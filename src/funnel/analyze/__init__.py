@@ -57,14 +57,20 @@ def lexical_text(text: str) -> str:
 
 # A sentence ends at . ! ? before a capital, a digit, an opening mark or a Hangul/CJK character, or at a CJK
 # full stop (。！？), which needs no space after it. English text splits exactly as before.
-_CJK_START = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-SENTENCE_END = re.compile(f"(?<=[.!?])\\s+(?=[\"'(\\[A-Z0-9{_CJK_START}])|(?<=[。！？])\\s*")
+# Hangul syllables, kana and the CJK ideographs: the letters a sentence or a word in those scripts starts with.
+CJK_LETTERS = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+SENTENCE_END = re.compile(f"(?<=[.!?])\\s+(?=[\"'(\\[A-Z0-9{CJK_LETTERS}])|(?<=[。！？])\\s*")
+
+
+_DEFAULT: list[Analyzer] = []
 
 
 def default_analyzer() -> Analyzer:
     """The analyzer a new index gets under `auto` (Kiwi's when installed, else bigrams): for matching a
-    question's terms in a passage as BM25 does (the extractive answer)."""
-    return get(_default())
+    question's terms in a passage as BM25 does (the extractive answer, once per sentence: decided once)."""
+    if not _DEFAULT:
+        _DEFAULT.append(get(_default()))
+    return _DEFAULT[0]
 
 
 class Analyzer(Protocol):

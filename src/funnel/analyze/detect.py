@@ -26,9 +26,10 @@ def _classifier():
     with _lock:
         if _identifier is None and not _failed:
             try:
-                from py3langid.langid import _get_identifier
+                from py3langid import classify
 
-                _identifier = _get_identifier()
+                classify("warm up")  # loads the model once, here, so a damaged one is said here
+                _identifier = classify
             except Exception as e:  # not installed, or a damaged model: languages stay unknown
                 _failed = True
                 log.warning("language detection is off: %s: %s", type(e).__name__, str(e)[:200])
@@ -44,7 +45,7 @@ def language(text: str) -> str | None:
     if identifier is None:
         return None
     try:
-        return identifier.classify(sample)[0]
+        return identifier(sample)[0]
     except Exception:  # the detector must never stop an ingest
         return None
 

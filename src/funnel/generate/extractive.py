@@ -15,7 +15,6 @@ from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
 from funnel.embed.base import Embedder, embed_queries
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
-_SENTENCE_END = SENTENCE_END
 # A line that starts a list item: a bullet, or a number or letter followed by "." or ")".
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•◦▪–·]\s+|\(?(?:\d{1,3}|[a-z])[.)]\s+)")
 # A lead-in ("...from the following sources, sorted by priority:") keeps at most this much of what follows.
@@ -67,7 +66,7 @@ def _pieces(chunk: Chunk) -> list[tuple[str, bool]]:
         if _LIST_ITEM.match(paragraph):
             pieces.append((paragraph, True))
             continue
-        pieces.extend((s.strip(), False) for s in _SENTENCE_END.split(paragraph) if s.strip())
+        pieces.extend((s.strip(), False) for s in SENTENCE_END.split(paragraph) if s.strip())
     return pieces
 
 
