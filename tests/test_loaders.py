@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
+import io
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from funnel.apps.api.uploads import KINDS, MEDIA_TYPES
-from funnel.ingest import load
-from funnel.ingest.loaders import BY_KIND, LOADERS, UPLOADABLE, classify, sniff, upload_accept
-from funnel.ingest.walk import SourceFile
+from funnel.apps.api.errors import UnsupportedType
+from funnel.apps.api.uploads import KINDS, MEDIA_TYPES, Upload, check
+from funnel.apps.watch import ChangeFilter
+from funnel.ingest import load, loaders
+from funnel.ingest.loaders import (
+    BY_KIND, LOADERS, UPLOADABLE, Loader, Probe, SizeLimit, by_name, classify, find, upload_accept,
+    upload_extensions, zip_holding, zip_mimetype,
+)
+from funnel.ingest.walk import NOTHING_FOUND, FileLimits, SourceFile, discover
 from funnel.types import Chunk, Document, Kind
+
+WORD = zip_holding("[Content_Types].xml", "word/document.xml")
+EPUB = zip_mimetype("application/epub+zip")
+
+
+def zip_bytes(*entries: tuple[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in entries:
+            archive.writestr(name, data, compress_type=zipfile.ZIP_STORED)
+    return out.getvalue()
+
+
+PLAIN_ZIP = zip_bytes(("notes.txt", b"hello"), ("more/readme.md", b"# hi"))
+WORD_ZIP = zip_bytes(("[Content_Types].xml", b"<Types/>"), ("word/document.xml", b"<w:document/>"))
+EPUB_ZIP = zip_bytes(("mimetype", b"application/epub+zip"), ("META-INF/container.xml", b"<container/>"))
 
 
 def test_every_kind_but_a_dataset_record_has_one_loader():
-    assert [loader.kind for loader in LOADERS] == [Kind.PDF, Kind.MARKDOWN, Kind.TEXT, Kind.CODE]
-    assert set(BY_KIND) == set(Kind) - {Kind.RECORD}
+    assert [loader.kind for loader in LOADERS][:4] == [Kind.PDF, Kind.MARKDOWN, Kind.TEXT, Kind.CODE]
+    assert set(Kind) - {Kind.RECORD} <= set(BY_KIND) and len(BY_KIND) == len(LOADERS)
+    assert all(f"{loader.kind}" == loader.kind.value for loader in LOADERS)
 
 
 @pytest.mark.parametrize(
@@ -28,6 +52,8 @@ def test_every_kind_but_a_dataset_record_has_one_loader():
         ("Dockerfile", b"FROM x", (Kind.CODE, "dockerfile")),
         ("scan.txt", b"%PDF-1.7\n", (Kind.PDF, None)),  # the content wins over the name
         ("pdf-notes.md", b"# PDF headers\nEvery file starts with %PDF-1.7", (Kind.MARKDOWN, None)),  # a mention
+        ("framed.pdf", b"junk before the header %PDF-1.4", (Kind.PDF, None)),  # within the first KB
+        ("late.pdf", b" " * 2000 + b"%PDF-1.4", None),  # named a PDF, and it is none
         ("photo.png", b"\x89PNG", None),
     ],
 )
@@ -35,17 +61,109 @@ def test_classify_reads_the_table(name, head, expected):
     assert classify(Path(name), head) == expected
 
 
-def test_an_upload_named_pdf_may_carry_junk_before_its_header():
-    assert sniff(b"junk before the header %PDF-1.4") is Kind.PDF  # within the first KB, as PDF readers allow
-    assert sniff(b" " * 2000 + b"%PDF-1.4") is None
-    assert sniff(b"plain text") is None
+def test_a_plain_zip_named_docx_is_recognised_as_nothing(tmp_path):
+    path = tmp_path / "report.docx"
+    path.write_bytes(PLAIN_ZIP)
+    assert find(path, PLAIN_ZIP[:8192], path) is None
+    assert [p.reason for p in discover([path]).problems] == ["binary file"]
+
+
+def test_zip_recognisers_look_inside_the_zip(tmp_path):
+    for data, word, epub in [(PLAIN_ZIP, False, False), (WORD_ZIP, True, False), (EPUB_ZIP, False, True)]:
+        path = tmp_path / "x.zip"
+        path.write_bytes(data)
+        by_path, by_file = Probe(data[:8192], path, path), Probe(data[:8192], path, io.BytesIO(data))
+        assert (WORD(by_path), WORD(by_file), EPUB(by_path)) == (word, word, epub)
+    assert not WORD(Probe(WORD_ZIP[:8192], Path("x.docx")))  # the name alone says nothing
+    assert not WORD(Probe(b"PK\x03\x04 truncated", Path("x.docx"), io.BytesIO(b"PK\x03\x04 truncated")))
+
+
+def _read_nothing(path, doc_id, display_path, language, pages):
+    raise AssertionError("not loaded in these tests")
+
+
+WORD_ROW = Loader(Kind("worddoc"), "Word document", {".docx": None}, "application/octet-stream", _read_nothing,
+                  binary=True, limit=SizeLimit.DOCUMENT, recognise=WORD, mark="the parts of a Word document")
+
+
+@pytest.fixture
+def with_word(monkeypatch):
+    """The table with a binary, zip-based row, as issue 32's Word loader would add it."""
+    monkeypatch.setattr(loaders, "LOADERS", (*LOADERS, WORD_ROW))
+
+
+def test_a_zip_format_row_takes_its_zips_and_no_other(tmp_path, with_word):
+    (tmp_path / "real.docx").write_bytes(WORD_ZIP + b"\x00" * 10)  # NUL bytes: binary, and that is fine
+    (tmp_path / "plain.docx").write_bytes(PLAIN_ZIP)
+    (tmp_path / "misnamed.zip").write_bytes(WORD_ZIP)
+    result = discover([tmp_path])
+    assert [(f.path.name, f.kind) for f in result.files] == [("real.docx", "worddoc")]
+    reasons = {Path(p.path).name: p.reason for p in result.problems}
+    assert reasons == {"plain.docx": "not a Word document: its content lacks the parts of a Word document"}
+    named = discover([tmp_path / "misnamed.zip"])  # the content wins over the name
+    assert [(f.path.name, f.kind) for f in named.files] == [("misnamed.zip", "worddoc")]
+
+
+def test_a_binary_loader_is_not_refused_by_the_nul_check_and_takes_its_size_class(tmp_path, with_word):
+    (tmp_path / "big.docx").write_bytes(WORD_ZIP + b"\x00" * 5000)
+    (tmp_path / "big.txt").write_bytes(b"words " * 1000)
+    result = discover([tmp_path], limits=FileLimits(max_bytes=1000, max_pdf_bytes=100_000))
+    assert [f.path.name for f in result.files] == ["big.docx"]  # the document limit, not max_file_mb
+    assert [Path(p.path).name for p in result.problems] == ["big.txt"]
+    (tmp_path / "nul.txt").write_bytes(b"words\x00\x00 and more")  # a text loader still refuses NULs
+    assert [p.reason for p in discover([tmp_path / "nul.txt"]).problems] == [
+        "binary file (NUL bytes in the first 8 KB)"]
+
+
+def test_walk_reports_unknown_types_as_before(tmp_path):
+    (tmp_path / "data.xyz").write_text("hello\n")
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "fake.pdf").write_bytes(b"not a pdf at all")
+    named = discover([tmp_path / "data.xyz", tmp_path / "photo.png", tmp_path / "fake.pdf"])
+    assert {Path(p.path).name: p.reason for p in named.problems} == {
+        "data.xyz": "unsupported file type '.xyz'", "photo.png": "binary file",
+        "fake.pdf": "not a PDF: its content lacks a %PDF- header in its first 1024 bytes"}
+    walked = discover([tmp_path])  # in a folder an unknown type is expected; a false PDF is still said
+    assert walked.files == [] and [Path(p.path).name for p in walked.problems] == ["fake.pdf"]
+    assert all(loader.label in NOTHING_FOUND for loader in LOADERS)
+
+
+def test_the_watcher_follows_every_type_a_loader_takes(tmp_path, with_word):
+    watch = ChangeFilter([tmp_path])
+    for name in ("a.md", "b.pdf", "c.docx"):
+        (tmp_path / name).write_bytes(b"x")
+        assert watch.relevant([str(tmp_path / name)]) == (by_name(Path(name)) is not None), name
+    (tmp_path / "d.png").write_bytes(b"x")
+    assert not watch.relevant([str(tmp_path / "d.png")])
+
+
+def upload_of(name: str, data: bytes) -> Upload:
+    return Upload(name, io.BytesIO(data), len(data))
+
+
+def test_uploads_check_by_name_and_content():
+    assert check(upload_of("a.pdf", b"junk %PDF-1.4 ..."), 10_000) == ("a.pdf", Kind.PDF)
+    assert check(upload_of("pdf-notes.md", b"# x\nEvery PDF starts with %PDF-1.7"), 10_000)[1] is Kind.MARKDOWN
+    with pytest.raises(UnsupportedType, match="fake.pdf is not a PDF: its content lacks a %PDF- header"):
+        check(upload_of("fake.pdf", b"not a pdf"), 10_000)
+    with pytest.raises(UnsupportedType, match="is a PDF named as text; upload it with a .pdf name"):
+        check(upload_of("scan.txt", b"%PDF-1.4\n"), 10_000)
+
+
+def test_the_415_message_lists_every_uploadable_extension():
+    with pytest.raises(UnsupportedType) as refused:
+        check(upload_of("report.docx", PLAIN_ZIP), 10_000)
+    message = str(refused.value)
+    assert message.startswith("report.docx: unsupported file type ('.docx'); upload PDF (.pdf), Markdown (.md, ")
+    assert all(suffix in message for suffix in upload_extensions()) and ".rst" in message
 
 
 def test_uploads_and_the_web_page_take_what_the_uploadable_loaders_declare():
-    assert set(KINDS) == {suffix for loader in UPLOADABLE for suffix in loader.extensions}
-    assert set(MEDIA_TYPES) == {Kind.PDF, Kind.MARKDOWN, Kind.TEXT}
+    assert set(KINDS) == set(upload_extensions()) == {s for loader in UPLOADABLE for s in loader.extensions}
+    assert set(MEDIA_TYPES) == {loader.kind for loader in UPLOADABLE} >= {Kind.PDF, Kind.MARKDOWN, Kind.TEXT}
     accept = upload_accept().split(",")
     assert ".pdf" in accept and ".md" in accept and "text/plain" in accept and ".py" not in accept
+    assert set(upload_extensions()) <= set(accept)
 
 
 def test_the_served_web_page_carries_the_accept_list(tmp_path):
@@ -68,8 +186,16 @@ def test_kind_is_a_string_in_rows_and_json():
     assert Document(doc_id="d", path="p", title="p", kind="pdf", content_hash="").kind is Kind.PDF
 
 
+def test_a_loader_name_is_a_kind_without_a_member():
+    made = Document(doc_id="d", path="p", title="p", kind="worddoc", content_hash="").kind
+    assert made is Kind("worddoc") and made == "worddoc" and f"{made}" == "worddoc" and made not in list(Kind)
+    with pytest.raises(ValueError):
+        Kind("Not a name")
+
+
 def test_an_unknown_kind_is_a_config_error(tmp_path):
     from funnel.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="expected pdf, markdown, text or code"):
+    expected = ", ".join(loader.kind.value for loader in LOADERS[:-1]) + f" or {LOADERS[-1].kind}"
+    with pytest.raises(ConfigError, match=f"expected {expected}"):
         load(SourceFile(path=tmp_path / "x", kind="record"), "x", "x")

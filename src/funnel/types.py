@@ -5,6 +5,7 @@ Every stage takes and returns these; no dicts with magic keys cross a stage boun
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -18,7 +19,11 @@ class SectionKind(str, Enum):
 
 
 class Kind(str, Enum):
-    """What a document is, named after the loader that read it; stored and sent as the plain string."""
+    """What a document is, named after the loader that read it; stored and sent as the plain string.
+
+    The members are the kinds the core names. Any other loader's name (a row of
+    `funnel.ingest.loaders.LOADERS`: "csv") is a Kind too, made on first use, so a new file type needs no
+    member here."""
 
     PDF = "pdf"
     MARKDOWN = "markdown"
@@ -28,6 +33,17 @@ class Kind(str, Enum):
 
     def __str__(self) -> str:  # "pdf", as the stores and the JSON have it, not "Kind.PDF"
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Kind | None:
+        if not isinstance(value, str) or not _KIND_NAME.fullmatch(value):
+            return None  # ValueError, as for any enum
+        member = str.__new__(cls, value)
+        member._name_, member._value_ = value.upper(), value
+        return cls._value2member_map_.setdefault(value, member)  # one member per name: `is` holds
+
+
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass(frozen=True)

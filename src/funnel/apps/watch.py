@@ -30,7 +30,8 @@ from pathlib import Path
 
 from funnel.errors import FunnelError
 from funnel.indexer import IngestReport
-from funnel.ingest.walk import BINARY_EXTENSIONS, IgnoreRules, classify
+from funnel.ingest.loaders import by_name
+from funnel.ingest.walk import BINARY_EXTENSIONS, IgnoreRules
 
 log = logging.getLogger("funnel.watch")
 
@@ -85,9 +86,10 @@ class ChangeFilter:
         if path in self.files:
             return True
         root = next((f for f in self.folders if path.is_relative_to(f)), None)
-        if root is None or path.suffix.lower() in BINARY_EXTENSIONS:
+        named = by_name(path)  # the loaders' table; the content is not read for an event
+        if root is None or (named is None and path.suffix.lower() in BINARY_EXTENSIONS):
             return False
-        if path.suffix and path.name != ".gitignore" and classify(path, b"") is None and path.is_file():
+        if path.suffix and path.name != ".gitignore" and named is None and path.is_file():
             return False  # a lock file, a .log: never indexed (a gone path may have been a folder: kept)
         if root not in rules:
             rules[root] = IgnoreRules(root)

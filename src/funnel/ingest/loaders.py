@@ -1,15 +1,18 @@
-"""Every loader in one table: the kind of document it makes, the file names it takes, the bytes that give
-its content away and the media type it is served as.
+"""Every loader in one table: the kind of document it makes, the file names it takes, how its content gives
+it away, whether it is text, which size limit it falls under and the media type it is served as.
 
-Discovery (`walk`), the HTTP upload checks (`apps/api/uploads.py`) and the web page's file picker all read
-this table, so a new file type is a loader module plus one row here.
+Discovery (`walk`), the folder watcher, the HTTP upload checks (`apps/api/uploads.py`) and the web page's
+file picker all read this table and nothing else, so a new file type is a loader module plus one row here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import BinaryIO
 
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
@@ -21,21 +24,96 @@ SNIFF_BYTES = 8192
 PDF_MAGIC = b"%PDF-"
 # PDF readers accept a little junk before the header; pdfplumber does too.
 MAGIC_WINDOW = 1024
+ZIP_MAGIC = b"PK\x03\x04"
 
 # (path, doc_id, display_path, language, pages) -> the loaded document
 Read = Callable[[Path, str, str, "str | None", object], LoadedDocument]
 
 
 @dataclass(frozen=True)
+class Probe:
+    """What a recogniser looks at: a file's first SNIFF_BYTES, its name, and the file itself (a path, or an
+    open binary file a recogniser may seek in) for a format whose mark is not at its start, such as a zip's
+    list of entries; None when only the name is known."""
+
+    head: bytes
+    path: Path
+    file: Path | BinaryIO | None = None
+
+
+# True when the content is this format, whatever the file is called
+Recognise = Callable[[Probe], bool]
+
+
+class SizeLimit(str, Enum):
+    """Which size limit a file type falls under (`walk.FileLimits`)."""
+
+    TEXT = "text"  # setting max_file_mb: a 5 MB source file or note is generated data
+    DOCUMENT = "document"  # setting max_pdf_mb: a laid-out document of a few MB is normal
+
+
+@dataclass(frozen=True)
 class Loader:
-    kind: Kind
+    kind: Kind  # the loader's name, stored with every chunk: Kind("csv") needs no member in types.py
     label: str  # how a message names the file type: "PDF", "Markdown"
     extensions: Mapping[str, str | None]  # lower-case suffix -> language (code only); the first is shown
     media_type: str  # as an uploaded file is served back
     read: Read
-    magic: bytes = b""  # content that means this kind whatever the file is called
+    binary: bool = False  # not text: the NUL-byte check and the text decoding do not apply to it
+    limit: SizeLimit = SizeLimit.TEXT
+    recognise: Recognise | None = None  # content that means this format whatever the name; binary formats
+    mark: str = ""  # what `recognise` looks for, for a message: "its content lacks <mark>"
     uploadable: bool = False  # the web page and POST .../documents take it (code comes from folders)
     file_names: Mapping[str, str] = field(default_factory=dict)  # exact names without a suffix -> language
+    # An empty one in a folder is normal (a package's __init__.py) and skipped without a word; an empty
+    # document is reported by its loader.
+    quiet_when_empty: bool = False
+
+
+def _is_pdf(probe: Probe) -> bool:
+    """%PDF- within the first KB of a file named .pdf, as PDF readers allow; at the very start of a file
+    named otherwise, so a note that mentions `%PDF-` near its top stays a note."""
+    if probe.path.suffix.lower() == ".pdf":
+        return PDF_MAGIC in probe.head[:MAGIC_WINDOW]
+    return probe.head.startswith(PDF_MAGIC)
+
+
+def zip_entries(probe: Probe) -> frozenset[str] | None:
+    """The names in a zip file (read from its central directory); None when it is not a readable zip."""
+    if not probe.head.startswith(ZIP_MAGIC) or probe.file is None:
+        return None
+    try:
+        # A file object passed in is left open (and rewound below); a path is opened and closed here.
+        with zipfile.ZipFile(probe.file) as archive:
+            return frozenset(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
+    finally:
+        if not isinstance(probe.file, Path):
+            probe.file.seek(0)
+
+
+def zip_holding(*names: str) -> Recognise:
+    """A recogniser for a zip-based format by the entries it must hold ("[Content_Types].xml" and
+    "word/document.xml" for Word): a plain zip, or another format's, is not taken for it."""
+    return lambda probe: (entries := zip_entries(probe)) is not None and all(n in entries for n in names)
+
+
+def zip_mimetype(media_type: str) -> Recognise:
+    """A recogniser for a format whose zip starts with a stored `mimetype` entry holding its media type
+    (EPUB: "application/epub+zip"; OpenDocument) — read from the first bytes alone."""
+    expected = media_type.encode("ascii")
+
+    def recognise(probe: Probe) -> bool:
+        head = probe.head  # a local file header: 30 bytes, the entry's name, an extra field, the data
+        if not head.startswith(ZIP_MAGIC) or head[30:38] != b"mimetype":
+            return False
+        name_length = int.from_bytes(head[26:28], "little")
+        extra_length = int.from_bytes(head[28:30], "little")
+        start = 30 + name_length + extra_length
+        return name_length == 8 and head[start : start + len(expected)] == expected
+
+    return recognise
 
 
 def _pdf(path: Path, doc_id: str, display_path: str, language: str | None, pages) -> LoadedDocument:
@@ -60,20 +138,17 @@ def _plain(*suffixes: str) -> dict[str, str | None]:
 
 TEXT_MEDIA_TYPE = "text/plain; charset=utf-8"
 LOADERS: tuple[Loader, ...] = (
-    Loader(Kind.PDF, "PDF", _plain(".pdf"), "application/pdf", _pdf, magic=PDF_MAGIC, uploadable=True),
+    Loader(Kind.PDF, "PDF", _plain(".pdf"), "application/pdf", _pdf, binary=True, limit=SizeLimit.DOCUMENT,
+           recognise=_is_pdf, mark=f"a {PDF_MAGIC.decode()} header in its first {MAGIC_WINDOW} bytes",
+           uploadable=True),
     Loader(Kind.MARKDOWN, "Markdown", _plain(".md", ".markdown", ".mdown", ".mkd"),
            "text/markdown; charset=utf-8", _markdown, uploadable=True),
     Loader(Kind.TEXT, "text", _plain(".txt", ".text", ".rst"), TEXT_MEDIA_TYPE, _text, uploadable=True),
-    Loader(Kind.CODE, "code", CODE_LANGUAGES, TEXT_MEDIA_TYPE, _code, file_names=CODE_FILENAMES),
+    Loader(Kind.CODE, "code", CODE_LANGUAGES, TEXT_MEDIA_TYPE, _code, file_names=CODE_FILENAMES,
+           quiet_when_empty=True),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
 UPLOADABLE: tuple[Loader, ...] = tuple(loader for loader in LOADERS if loader.uploadable)
-
-
-def sniff(head: bytes) -> Kind | None:
-    """The kind the first bytes of a file give away (a PDF), whatever its name says; None for plain text."""
-    window = head[:MAGIC_WINDOW]
-    return next((loader.kind for loader in LOADERS if loader.magic and loader.magic in window), None)
 
 
 def by_name(path: Path) -> tuple[Loader, str | None] | None:
@@ -88,16 +163,29 @@ def by_name(path: Path) -> tuple[Loader, str | None] | None:
     return None
 
 
-def classify(path: Path, head: bytes) -> tuple[Kind, str | None] | None:
-    """(kind, language) from the name and the first bytes; None when funnel cannot load it.
+def find(
+    path: Path, head: bytes = b"", file: Path | BinaryIO | None = None
+) -> tuple[Loader, str | None] | None:
+    """(loader, language) from the content, else the name; None when funnel cannot load the file.
 
-    The magic bytes win over the extension when the file starts with them, so a PDF saved as `.txt` is still
-    read as a PDF; a Markdown or text file that merely mentions `%PDF-` near its top stays text.
+    A format's recogniser wins over the name, so a PDF saved as `.txt` is still read as a PDF. A file named
+    as a format that has a recogniser but whose content (`head` given) is not that format is None: a plain
+    zip named `.docx` is not a Word document. With `head` empty only the name counts.
     """
-    sniffed = next((loader.kind for loader in LOADERS if loader.magic and head.startswith(loader.magic)), None)
-    if sniffed is not None:
-        return sniffed, None
+    probe = Probe(head, path, file)
+    if head:
+        for loader in LOADERS:
+            if loader.recognise is not None and loader.recognise(probe):
+                return loader, None
     found = by_name(path)
+    if found is not None and head and found[0].recognise is not None:
+        return None  # its recogniser said no above
+    return found
+
+
+def classify(path: Path, head: bytes, file: Path | BinaryIO | None = None) -> tuple[Kind, str | None] | None:
+    """(kind, language) of `find`."""
+    found = find(path, head, file)
     return (found[0].kind, found[1]) if found else None
 
 
@@ -108,8 +196,17 @@ def looks_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
+def one_of(words: Iterable[str], conjunction: str = "or") -> str:
+    """The words as "a, b or c"."""
+    *others, last = words
+    return f"{', '.join(others)} {conjunction} {last}" if others else last
+
+
+def upload_extensions() -> list[str]:
+    return [suffix for loader in UPLOADABLE for suffix in loader.extensions]
+
+
 def upload_accept() -> str:
     """The file picker's `accept` list: every uploadable extension, then the media types."""
-    suffixes = [suffix for loader in UPLOADABLE for suffix in loader.extensions]
     media = dict.fromkeys(loader.media_type.split(";")[0] for loader in UPLOADABLE)
-    return ",".join([*suffixes, *media])
+    return ",".join([*upload_extensions(), *media])

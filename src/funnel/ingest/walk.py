@@ -18,8 +18,13 @@ from pathlib import Path
 import pathspec
 
 from funnel.errors import IngestError
-from funnel.ingest.loaders import SNIFF_BYTES, classify, looks_binary
+from funnel.ingest.loaders import (
+    LOADERS, SNIFF_BYTES, Loader, SizeLimit, by_name, classify, find, looks_binary, one_of,
+)
 from funnel.types import Kind
+
+__all__ = ["BINARY_EXTENSIONS", "DiscoveryResult", "FileLimits", "IgnoreRules", "SourceFile", "classify",
+           "discover"]
 
 # Folders that hold dependencies, caches or build output: never the user's own sources.
 SKIP_DIRS = frozenset(
@@ -31,7 +36,7 @@ SKIP_DIRS = frozenset(
     }
 )
 
-# Never worth opening; listed so a folder walk does not read their first bytes to find out.
+# Binary by convention: a change to one matters only when a loader takes its name (a Word loader: .docx).
 BINARY_EXTENSIONS = frozenset(
     {
         ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".ico", ".webp", ".tif", ".tiff", ".svgz",
@@ -43,8 +48,8 @@ BINARY_EXTENSIONS = frozenset(
     }
 )
 
-NOTHING_FOUND = ("nothing to ingest in this folder: no PDF, Markdown, text or code file that is not ignored "
-                 "(.gitignore, dependency and build folders)")
+NOTHING_FOUND = (f"nothing to ingest in this folder: no {one_of(loader.label for loader in LOADERS)} file "
+                 "that is not ignored (.gitignore, dependency and build folders)")
 
 
 @dataclass(frozen=True)
@@ -79,22 +84,30 @@ class DiscoveryResult:
 
 @dataclass(frozen=True)
 class FileLimits:
-    """The largest file ingested, per kind (settings max_file_mb and max_pdf_mb).
+    """The largest file ingested, per limit class a loader names (settings max_file_mb and max_pdf_mb).
 
-    PDFs get their own, larger limit: a scanned-free annual report of a few MB is normal, a 5 MB
+    Documents (PDFs) get their own, larger limit: a scanned-free annual report of a few MB is normal, a 5 MB
     source file is generated data."""
 
-    max_bytes: int = 2_000_000
-    max_pdf_bytes: int = 100_000_000
+    max_bytes: int = 2_000_000  # SizeLimit.TEXT
+    max_pdf_bytes: int = 100_000_000  # SizeLimit.DOCUMENT
 
     @classmethod
     def from_mb(cls, file_mb: float, pdf_mb: float) -> FileLimits:
         return cls(int(file_mb * 1_000_000), int(pdf_mb * 1_000_000))
 
+    def of(self, limit: SizeLimit) -> tuple[int, str]:
+        """(bytes, the setting that raises it) for a limit class."""
+        if limit is SizeLimit.DOCUMENT:
+            return self.max_pdf_bytes, "max_pdf_mb"
+        return self.max_bytes, "max_file_mb"
 
-def discover(paths: list[Path], limits: FileLimits | None = None, max_bytes: int | None = None) -> DiscoveryResult:
+
+def discover(
+    paths: list[Path], limits: FileLimits | None = None, max_bytes: int | None = None
+) -> DiscoveryResult:
     """Expand `paths` into loadable source files, in sorted order, with the reasons for what was skipped.
-    `max_bytes` overrides the limit for files other than PDFs."""
+    `max_bytes` overrides the limit for the text class (every file type but documents such as PDFs)."""
     limits = limits or FileLimits()
     if max_bytes is not None:
         limits = FileLimits(max_bytes, limits.max_pdf_bytes)
@@ -166,6 +179,15 @@ def _size_text(n: int) -> str:
     return f"{n / 1_000_000:.1f} MB"
 
 
+def _unsupported(path: Path, head: bytes, named: tuple[Loader, str | None] | None) -> str:
+    """Why no loader takes a file: named as a format its content is not, binary, or an unknown type."""
+    if named is not None and named[0].mark:
+        return f"not a {named[0].label}: its content lacks {named[0].mark}"
+    if looks_binary(head):
+        return "binary file"
+    return f"unsupported file type '{path.suffix.lower() or path.name}'"
+
+
 class _Walker:
     """Collects files and problems across all named paths; de-duplicates by resolved path."""
 
@@ -224,7 +246,7 @@ class _Walker:
                 self._walk(path, ignores, root)
             elif is_file and not _ignored(path, ignores, is_dir=False):
                 if target is not None and not target.is_relative_to(root):
-                    # Its text would enter the index (and a triage repository's) from outside the folder named.
+                    # Its text would enter the index (and a triage repository's) from outside the folder.
                     reason = f"symlink to a file outside {root}, not followed (name it to ingest it)"
                     self.problems.append(IngestError(str(path), reason))
                     continue
@@ -238,8 +260,8 @@ class _Walker:
             return
         if resolved in self.files:
             return
-        suffix = resolved.suffix.lower()
-        if not explicit and (suffix in BINARY_EXTENSIONS or classify(resolved, b"") is None):
+        named = by_name(resolved)
+        if not explicit and named is None:
             return  # an image or a lock file in a tree is expected, not a problem; not even worth a read
         try:
             size = resolved.stat().st_size
@@ -247,26 +269,24 @@ class _Walker:
         except OSError as e:
             self._cannot_read(resolved, report_as, explicit, e)
             return
-        kind = classify(resolved, head)
-        if kind is None:
-            if explicit:
-                unsupported = f"unsupported file type '{suffix or resolved.name}'"
-                reason = "binary file" if looks_binary(head) else unsupported
-                self.problems.append(IngestError(report_as, reason))
+        found = find(resolved, head, resolved)
+        if found is None:
+            if explicit or named is not None:
+                self.problems.append(IngestError(report_as, _unsupported(resolved, head, named)))
             return
-        if kind[0] is not Kind.PDF and looks_binary(head):
+        loader, language = found
+        if not loader.binary and looks_binary(head):
             self.problems.append(IngestError(report_as, "binary file (NUL bytes in the first 8 KB)"))
             return
-        if kind[0] is Kind.CODE and not explicit and size <= SNIFF_BYTES and not head.strip():
+        if loader.quiet_when_empty and not explicit and size <= SNIFF_BYTES and not head.strip():
             return  # an empty __init__.py is normal in a tree; an empty document's loader reports it
-        is_pdf = kind[0] is Kind.PDF
-        limit = self.limits.max_pdf_bytes if is_pdf else self.limits.max_bytes
+        limit, setting = self.limits.of(loader.limit)
         if size > limit:
-            setting = "max_pdf_mb" if is_pdf else "max_file_mb"
-            reason = f"too large ({_size_text(size)} > {_size_text(limit)} limit; raise the setting {setting})"
+            over = f"{_size_text(size)} > {_size_text(limit)} limit"
+            reason = f"too large ({over}; raise the setting {setting})"
             self.problems.append(IngestError(report_as, reason))
             return
-        self.files[resolved] = SourceFile(path=resolved, kind=kind[0], language=kind[1])
+        self.files[resolved] = SourceFile(path=resolved, kind=loader.kind, language=language)
 
     def _cannot_read(self, path: Path, report_as: str, explicit: bool, error: OSError) -> None:
         self.problems.append(IngestError(report_as, f"cannot read ({_os_reason(error)})"))

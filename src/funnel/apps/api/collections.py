@@ -35,7 +35,7 @@ from funnel.apps.api.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from funnel.apps.api.uploads import MEDIA_TYPES, Upload
+from funnel.apps.api.uploads import BY_SUFFIX, MEDIA_TYPES, Upload
 
 
 def library(request: Request) -> Library:
@@ -69,7 +69,7 @@ def delete_collection(name: str, lib: LibraryDep) -> Response:
 
 @router.post("/{name}/documents", status_code=202, response_model=list[DocumentOut])
 def upload_documents(
-    coll: CollectionDep, file: Annotated[list[UploadFile], File(description="PDF, Markdown or text files")]
+    coll: CollectionDep, file: Annotated[list[UploadFile], File(description=f"files: {', '.join(BY_SUFFIX)}")]
 ) -> list[DocumentOut]:
     """Save the files and queue them for ingestion (one at a time, in the background); poll the documents
     for `status` ready or failed."""

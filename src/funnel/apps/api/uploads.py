@@ -1,5 +1,5 @@
-"""What an upload must be before it is kept: a PDF, Markdown or text file by name AND by content, within
-the size limit, under a name that cannot leave the uploads folder.
+"""What an upload must be before it is kept: a file of an uploadable type of the loaders' table by name AND by
+content, within the size limit, under a name that cannot leave the uploads folder.
 
 The checks run on every file of a request before any is saved, so a request is taken whole or not at all.
 """
@@ -16,13 +16,14 @@ from typing import BinaryIO
 
 from funnel.apps.api.errors import Conflict, TooLarge, UnsupportedType
 from funnel.errors import IngestError
-from funnel.ingest.loaders import PDF_MAGIC, SNIFF_BYTES, UPLOADABLE, looks_binary, sniff
+from funnel.ingest.loaders import SNIFF_BYTES, UPLOADABLE, Loader, find, looks_binary, one_of
 from funnel.ingest.split import Cut, cut_at
 from funnel.ingest.text import decode_text
 from funnel.types import Kind
 
 # The loaders' table decides what an upload may be; these are its views for the routes.
-KINDS: dict[str, Kind] = {suffix: loader.kind for loader in UPLOADABLE for suffix in loader.extensions}
+BY_SUFFIX: dict[str, Loader] = {suffix: loader for loader in UPLOADABLE for suffix in loader.extensions}
+KINDS: dict[str, Kind] = {suffix: loader.kind for suffix, loader in BY_SUFFIX.items()}
 MEDIA_TYPES: dict[Kind, str] = {loader.kind: loader.media_type for loader in UPLOADABLE}
 MAX_NAME_CHARS = 120
 # A name may take 255 bytes on Linux and macOS; this leaves room for the " (9999)" of a taken name.
@@ -97,38 +98,39 @@ def _shorten(stem: str, max_chars: int, max_bytes: int) -> str:
     return stem[:end]
 
 
-def kind_of(filename: str) -> Kind:
+def loader_of(filename: str) -> Loader:
+    """The uploadable loader for a name; UnsupportedType listing every extension an upload may have."""
     suffix = Path(filename).suffix.lower()
-    if suffix not in KINDS:
+    if suffix not in BY_SUFFIX:
         shown = f"'{suffix}'" if suffix else "no extension"
-        *others, last = (f"{loader.label} ({next(iter(loader.extensions))})" for loader in UPLOADABLE)
-        raise UnsupportedType(
-            f"{filename}: unsupported file type ({shown}); upload {', '.join(others)} or {last}"
-        )
-    return KINDS[suffix]
+        types = one_of(f"{loader.label} ({', '.join(loader.extensions)})" for loader in UPLOADABLE)
+        raise UnsupportedType(f"{filename}: unsupported file type ({shown}); upload {types}")
+    return BY_SUFFIX[suffix]
 
 
 def check(upload: Upload, max_bytes: int) -> tuple[str, Kind]:
     """(safe name, kind) of an upload funnel will take; TooLarge, UnsupportedType or IngestError otherwise."""
     name = safe_filename(upload.filename)
-    kind = kind_of(name)
+    loader = loader_of(name)
     if upload.size > max_bytes:
         raise TooLarge(f"{name}: {upload.size / 2**20:.1f} MiB is over the {max_bytes / 2**20:.0f} MiB limit")
     if upload.size == 0:
         raise IngestError(name, "empty file")
     upload.file.seek(0)
     head = upload.file.read(SNIFF_BYTES)
+    found = find(Path(name), head, upload.file)
     upload.file.seek(0)
-    is_pdf = sniff(head) is Kind.PDF
-    if kind is Kind.PDF and not is_pdf:
-        raise UnsupportedType(f"{name} is not a PDF: its content does not start with {PDF_MAGIC.decode()}")
-    if kind is not Kind.PDF:
-        if is_pdf:
-            raise UnsupportedType(f"{name} is a PDF named as text; upload it with a .pdf name")
+    if found is None:  # named as a format its content is not
+        raise UnsupportedType(f"{name} is not a {loader.label}: its content lacks {loader.mark}")
+    if found[0] is not loader:  # content a recogniser knows, under another type's name
+        other = found[0]
+        rename = f"; upload it with a {next(iter(other.extensions))} name" if other.uploadable else ""
+        raise UnsupportedType(f"{name} is a {other.label} named as {loader.label}{rename}")
+    if not loader.binary:
         if looks_binary(head):
             raise IngestError(name, "not a text file (binary content)")
         decode_text(head, name)  # IngestError when the bytes do not read as text in any encoding
-    return name, kind
+    return name, loader.kind
 
 
 def save(upload: Upload, folder: Path, name: str, taken: set[str]) -> tuple[str, str]:

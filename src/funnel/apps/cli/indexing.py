@@ -17,11 +17,14 @@ from funnel import analyze
 from funnel.apps.factory import build_pipeline
 from funnel.errors import ConfigError, FunnelError
 from funnel.index import location_label
+from funnel.ingest.loaders import LOADERS
 
 
 @app.command()
 def ingest(
-    paths: Annotated[list[str], typer.Argument(help="files and folders (PDF, Markdown, text, code)")],
+    paths: Annotated[
+        list[str], typer.Argument(help=f"files and folders ({', '.join(loader.label for loader in LOADERS)})")
+    ],
     index: IndexOpt = None,
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,

@@ -452,6 +452,9 @@ function start() {
   });
 
   $("file").addEventListener("change", (e) => upload(e.target.files));
+  // The types come from the picker's accept list, which the server fills from its loaders' table.
+  const types = $("file").accept.split(",").filter((t) => t.startsWith("."));
+  if (types.length) $("upload-types").textContent = `Types: ${types.join(" ")}`;
   const zone = $("dropzone");
   zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
   zone.addEventListener("dragleave", () => zone.classList.remove("over"));
