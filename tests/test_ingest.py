@@ -116,9 +116,10 @@ def test_a_named_folder_with_nothing_to_ingest_says_so(tmp_path):
     result = discover([tmp_path / "pics"])
 
     assert result.files == []
-    assert [(p.path, p.reason) for p in result.problems] == [
-        (str(tmp_path / "pics"), "nothing to ingest in this folder: no PDF, Markdown, text or code file that is "
-                                 "not ignored (.gitignore, dependency and build folders)")]
+    assert [(p.path, p.reason) for p in result.problems] == [(str(tmp_path / "pics"), NOTHING_FOUND)]
+    # The types named come from the loaders' table.
+    assert NOTHING_FOUND.startswith("nothing to ingest in this folder: no PDF, Markdown, text")
+    assert NOTHING_FOUND.endswith(" file that is not ignored (.gitignore, dependency and build folders)")
 
 
 def test_dependency_and_cache_folders_are_skipped(tmp_path):
