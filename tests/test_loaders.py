@@ -199,3 +199,48 @@ def test_an_unknown_kind_is_a_config_error(tmp_path):
     expected = ", ".join(loader.kind.value for loader in LOADERS[:-1]) + f" or {LOADERS[-1].kind}"
     with pytest.raises(ConfigError, match=f"expected {expected}"):
         load(SourceFile(path=tmp_path / "x", kind="record"), "x", "x")
+
+
+# --- a format added as a module and one row: CSV/TSV (funnel/ingest/table.py) ---------------------------------
+
+CITIES = "city,country,founded\n" + "".join(f"Town {i},Country {i},{1800 + i}\n" for i in range(1, 200)) + (
+    "Zanzibar City,Tanzania,1830\n")
+
+
+def test_a_csv_is_ingested_and_a_search_finds_its_row_with_the_header(tmp_path):
+    import funnel
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "cities.csv").write_text(CITIES)
+    pipeline = funnel.open(tmp_path / "index", embedder="hashing", reranker="none")
+    report = pipeline.ingest([tmp_path / "docs"])
+    assert report.added == 1 and not report.problems
+    best = pipeline.search("Zanzibar").documents[0].best.chunk
+    assert best.kind == "csv" and best.title == "cities.csv"
+    assert "city: Zanzibar City | country: Tanzania | founded: 1830" in best.text
+    assert best.line_end == 201  # its line on disk: the header is line 1, Town 1 line 2
+
+
+@pytest.mark.slow  # a server on loopback, as the other HTTP tests
+def test_a_csv_upload_over_http_is_accepted_searched_and_served_back(tmp_path):
+    import httpx
+    from api_support import upload, wait_done
+    from helpers import serving
+
+    from funnel.apps.api import create_app
+    from funnel.apps.settings import Settings
+
+    app = create_app(Settings(embedder="hashing", data_dir=tmp_path / "data", reranker="none"))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        response = upload(client, "default", [("cities.csv", CITIES.encode("utf-8-sig"))])
+        assert response.status_code == 202, response.text
+        (doc,) = wait_done(client, "default")
+        assert doc["status"] == "ready" and doc["kind"] == "csv" and doc["chunks"] > 0, doc
+        hits = client.post("/v1/collections/default/search", json={"query": "Zanzibar"}).json()["results"]
+        assert hits[0]["path"] == "cities.csv"
+        served = client.get(f"/v1/collections/default/documents/{doc['id']}/file")
+        assert served.headers["content-type"].startswith("text/csv")
+        refused = upload(client, "default", [("cities.xlsx", b"PK\x03\x04")])
+        assert refused.status_code == 415
+        assert "CSV (.csv, .tsv)" in refused.json()["detail"]
+        assert all(suffix in refused.json()["detail"] for suffix in upload_extensions())

@@ -14,6 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import BinaryIO
 
+from funnel.ingest import table
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest.text import load_markdown, load_text
@@ -146,6 +147,8 @@ LOADERS: tuple[Loader, ...] = (
     Loader(Kind.TEXT, "text", _plain(".txt", ".text", ".rst"), TEXT_MEDIA_TYPE, _text, uploadable=True),
     Loader(Kind.CODE, "code", CODE_LANGUAGES, TEXT_MEDIA_TYPE, _code, file_names=CODE_FILENAMES,
            quiet_when_empty=True),
+    Loader(table.KIND, "CSV", _plain(".csv", ".tsv"), "text/csv; charset=utf-8", table.load_table,
+           uploadable=True),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
 UPLOADABLE: tuple[Loader, ...] = tuple(loader for loader in LOADERS if loader.uploadable)
