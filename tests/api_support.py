@@ -125,9 +125,9 @@ class FakeOpenAI:
 def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) -> tuple[list, object]:
     """Upload `path` to a fresh in-process collection (hashing embedder), wait until it is ready, and return
     every `progress` a client polling its status would have seen, in order, with its final record."""
-    from funnel.apps.api.home import EmbeddedHome
+    from funnel.apps.state.home import EmbeddedHome
     from funnel.apps.api.library import Library, Services
-    from funnel.apps.api.registry import DocumentStatus
+    from funnel.apps.state.documents import DocumentStatus
     from funnel.apps.api.uploads import Upload
     from funnel.embed import HashingEmbedder
     from funnel.generate.extractive import ExtractiveGenerator

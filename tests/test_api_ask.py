@@ -13,7 +13,8 @@ from helpers import serving
 from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.api import create_app
-from funnel.apps.api.conversations import Conversations, Turn, heuristic_rewrite
+from funnel.apps.api.rewrite import heuristic_rewrite
+from funnel.apps.state.conversations import EmbeddedConversations, Turn
 from funnel.apps.settings import Settings
 from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.db import Database, DatabaseUnavailable
@@ -249,7 +250,7 @@ def test_a_conversation_continues_on_another_server_sharing_the_database(data_di
         db.close()
 
 
-class ForgetfulConversations(Conversations):
+class ForgetfulConversations(EmbeddedConversations):
     """Reads work; remembering a turn finds the service's database gone (it went down mid-answer)."""
 
     def add(self, conversation_id: str, turn: Turn) -> None:
@@ -269,7 +270,7 @@ def test_an_answer_that_cannot_be_remembered_is_a_503_or_an_error_event(data_dir
 
 
 def test_conversations_are_bounded():
-    conversations = Conversations(max_conversations=3, max_turns=2, max_chars=100)
+    conversations = EmbeddedConversations(max_conversations=3, max_turns=2, max_chars=100)
     for n in range(5):
         conversations.add(f"c{n}", Turn("q", "q", "a"))
     assert len(conversations) == 3 and conversations.history("c0") == ()

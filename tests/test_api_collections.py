@@ -11,7 +11,7 @@ from api_support import CEO_QUESTION, SAMPLES, samples, upload, wait_calibrated,
 from helpers import serving
 
 from funnel.apps.api import create_app
-from funnel.apps.api.registry import DocumentRecord, DocumentRegistry, DocumentStatus
+from funnel.apps.state.documents import DocumentRecord, DocumentStatus, EmbeddedDocuments
 from funnel.apps.api.uploads import safe_filename
 from funnel.apps.settings import Settings
 from funnel.rerank.policies import RERANK_DEPTH
@@ -279,7 +279,7 @@ def test_status_survives_a_restart_and_queued_uploads_resume(tmp_path):
     # A server stopped while an upload waited: its record says queued and its file is in place.
     root = data / "collections" / "default"
     (root / "uploads" / "late.md").write_bytes(b"# Late\n\nThe night train reaches Narvik at dawn.")
-    DocumentRegistry(root / "documents.json").add(
+    EmbeddedDocuments(root / "documents.json").add(
         [DocumentRecord("feedfacecafebeef", "late.md", "markdown", 47, "", "2026-01-01T00:00:00+00:00")]
     )
     with serving(create_app(settings(tmp_path))) as url, httpx.Client(base_url=url, timeout=30) as client:

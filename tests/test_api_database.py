@@ -21,9 +21,8 @@ from upstream_support import Reply, fake_upstream
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
 from funnel.apps.state.db import Database
-from funnel.apps.state.incidents import PostgresIncidentStore
-from funnel.apps.state.pg_jobs import PgJobs
-from funnel.apps.triage.incidents import IncidentChange
+from funnel.apps.state.incidents import IncidentChange, PostgresIncidents
+from funnel.apps.state.jobs_pg import PostgresJobs
 from funnel.apps.triage.queue import TRIAGE
 
 pytest.importorskip("psycopg_pool")
@@ -214,9 +213,9 @@ def test_a_triage_whose_worker_died_is_taken_again_after_its_lease(pg_dsn, tmp_p
         with servers(poster) as (a,):
             incident_id = a.post("/v1/errors", json=SHOP_ERROR).json()["incident_id"]
             db = Database(pg_dsn)
-            dead = PgJobs(db).claim([TRIAGE], "dead-worker", lease_s=1.0)
+            dead = PostgresJobs(db).claim([TRIAGE], "dead-worker", lease_s=1.0)
             assert dead is not None and dead.payload == {"incident_id": incident_id}
-            PostgresIncidentStore(db).update(incident_id, IncidentChange(analysis_step="running"))
+            PostgresIncidents(db).update(incident_id, IncidentChange(analysis_step="running"))
             db.close()
             assert a.get(f"/v1/incidents/{incident_id}").json()["steps"]["analysis"]["status"] == "running"
             analyst = create_app(triage_settings(pg_dsn, tmp_path, "analyst", slack, llm))

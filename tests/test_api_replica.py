@@ -16,8 +16,8 @@ from helpers import serving
 from pg_support import PgServer
 
 from funnel.apps.api import create_app
-from funnel.apps.api import replica as replica_module
 from funnel.apps.settings import Settings
+from funnel.apps.state import replica as replica_module
 from funnel.errors import ConfigError
 
 pytest.importorskip("psycopg_pool")

@@ -8,7 +8,7 @@ from api_support import CEO_QUESTION, samples, upload, wait_done
 from helpers import serving
 
 from funnel.apps.api import create_app
-from funnel.apps.api.metrics import percentile
+from funnel.apps.state.metrics import percentile
 from funnel.apps.cli import exposure_warning
 from funnel.apps.settings import Settings
 from funnel.errors import ConfigError

@@ -8,22 +8,22 @@ import time
 import pytest
 
 from funnel.apps.state import jobs as jobs_module
-from funnel.apps.state.jobs import JobState, MemoryJobs, Permanent, Workers
+from funnel.apps.state.jobs import EmbeddedJobs, JobState, Permanent, Workers
 
 
 @pytest.fixture(params=["memory", "postgres"])
 def jobs(request, monkeypatch):
     monkeypatch.setattr(jobs_module, "RETRY_AFTER_S", 0.0)
     if request.param == "memory":
-        yield MemoryJobs()
+        yield EmbeddedJobs()
         return
     pytest.importorskip("psycopg_pool")
-    from funnel.apps.state import pg_jobs
+    from funnel.apps.state import jobs_pg
     from funnel.apps.state.db import Database
 
-    monkeypatch.setattr(pg_jobs, "RETRY_AFTER_S", 0.0)
+    monkeypatch.setattr(jobs_pg, "RETRY_AFTER_S", 0.0)
     db = Database(request.getfixturevalue("pg_dsn"))
-    yield pg_jobs.PgJobs(db)
+    yield jobs_pg.PostgresJobs(db)
     db.close()
 
 
@@ -127,10 +127,10 @@ def test_workers_run_handlers_retry_failures_and_stop_a_cancelled_job(jobs):
 def test_two_processes_never_run_two_jobs_of_one_lane(pg_dsn):
     pytest.importorskip("psycopg_pool")
     from funnel.apps.state.db import Database
-    from funnel.apps.state.pg_jobs import PgJobs
+    from funnel.apps.state.jobs_pg import PostgresJobs
 
     databases = [Database(pg_dsn) for _ in range(4)]
-    queues = [PgJobs(db) for db in databases]
+    queues = [PostgresJobs(db) for db in databases]
     for n in range(12):
         queues[0].put("ingest", f"lane{n % 3}", f"k{n}")
     running: dict[str, int] = {}

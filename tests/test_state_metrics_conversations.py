@@ -13,12 +13,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from funnel.apps.api.conversations import ANSWER_CHARS, Conversations, Turn
-from funnel.apps.api.metrics import STAGES, Metrics
+from funnel.apps.state.conversations import ANSWER_CHARS, EmbeddedConversations, Turn
+from funnel.apps.state.metrics import STAGES, EmbeddedMetrics
 from funnel.apps.state import db as state_db
-from funnel.apps.state.conversations import SharedConversations, open_conversations
+from funnel.apps.state.conversations import PostgresConversations, open_conversations
 from funnel.apps.state.db import Database, DatabaseUnavailable
-from funnel.apps.state.metrics import SharedMetrics, open_metrics
+from funnel.apps.state.metrics import PostgresMetrics, open_metrics
 from pg_support import PASSWORD
 
 pytest.importorskip("psycopg_pool")
@@ -55,7 +55,8 @@ def questions(history: tuple[Turn, ...]) -> list[str]:
 
 
 def test_the_factories_choose_by_database(database):
-    kinds = (Metrics, Conversations) if database is None else (SharedMetrics, SharedConversations)
+    embedded, shared = (EmbeddedMetrics, EmbeddedConversations), (PostgresMetrics, PostgresConversations)
+    kinds = embedded if database is None else shared
     assert (type(open_metrics(database)), type(open_conversations(database))) == kinds
 
 
@@ -79,7 +80,7 @@ def test_latency_is_the_nearest_rank_over_each_stages_last_window(database):
     metrics = open_metrics(database, window=4)
     for n, ms in enumerate([60.0, 10.0, 50.0, 20.0, 40.0, 30.0]):
         metrics.observe({"first_stage": ms, "rewrite": 7.0} if n == 5 else {"first_stage": ms})
-        if n % 2 and isinstance(metrics, SharedMetrics):
+        if n % 2 and isinstance(metrics, PostgresMetrics):
             metrics.flush()  # some in the database, some still in this process
     latency = metrics.snapshot()["latency_ms"]
     metrics.close()
@@ -125,7 +126,7 @@ def test_a_turn_is_remembered_cut_to_size_and_without_nul(database):
 
 
 def test_every_process_shows_the_whole_services_counts(two_processes):
-    a, b = (SharedMetrics(db) for db in two_processes)
+    a, b = (PostgresMetrics(db) for db in two_processes)
     a.count_request("GET", "/health", 200)
     a.count_request("GET", "/health", 200)
     a.observe({"rerank": 5.0})
@@ -143,7 +144,7 @@ def test_every_process_shows_the_whole_services_counts(two_processes):
 
 def test_what_is_counted_while_a_snapshot_reads_is_in_it(pg_dsn):
     db = Database(pg_dsn)
-    metrics = SharedMetrics(db, flush_s=3600)
+    metrics = PostgresMetrics(db, flush_s=3600)
 
     class CountedMeanwhile:
         """The database, but a request is counted (on the event loop) as the snapshot starts reading."""
@@ -169,14 +170,14 @@ def test_what_is_counted_while_a_snapshot_reads_is_in_it(pg_dsn):
 
 def test_counts_are_written_by_the_thread_and_at_close(two_processes):
     a, b = two_processes
-    reader = SharedMetrics(b)
-    ticking = SharedMetrics(a, flush_s=0.05)
+    reader = PostgresMetrics(b)
+    ticking = PostgresMetrics(a, flush_s=0.05)
     ticking.count_request("GET", "/metrics", 200)
     deadline = time.monotonic() + 30
     while not counts(reader.snapshot()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert counts(reader.snapshot()) == {("GET", "/metrics", 200): 1}  # without a flush by the test
-    idle = SharedMetrics(a, flush_s=3600)
+    idle = PostgresMetrics(a, flush_s=3600)
     idle.count_request("GET", "/metrics", 200)
     idle.close()
     ticking.close()
@@ -185,9 +186,9 @@ def test_counts_are_written_by_the_thread_and_at_close(two_processes):
 
 def test_processes_flushing_together_count_every_request_once(two_processes):
     routes = [f"/r{n}" for n in range(20)]
-    metrics = [SharedMetrics(db, window=50, flush_s=0.01) for db in two_processes]
+    metrics = [PostgresMetrics(db, window=50, flush_s=0.01) for db in two_processes]
 
-    def hammer(m: SharedMetrics, order: list[str]) -> None:
+    def hammer(m: PostgresMetrics, order: list[str]) -> None:
         for _ in range(25):
             for route in order:
                 m.count_request("GET", route, 200)
@@ -200,7 +201,7 @@ def test_processes_flushing_together_count_every_request_once(two_processes):
         t.join(60)
     for m in metrics:
         m.close()
-    snapshot = SharedMetrics(two_processes[0], window=50).snapshot()
+    snapshot = PostgresMetrics(two_processes[0], window=50).snapshot()
     assert counts(snapshot) == {("GET", route, 200): 50 for route in routes}
     assert snapshot["latency_ms"]["group"]["count"] == 50  # the window, not all 1000
     with two_processes[0].connection() as conn:  # trimmed: the table does not grow with the service's age
@@ -215,7 +216,7 @@ def test_an_outage_loses_no_counts_and_is_logged_once(pg_dsn, monkeypatch, caplo
     name = pg_dsn.rsplit("/", 1)[1]
     admin = psycopg.connect(pg_dsn.rsplit("/", 1)[0] + "/postgres", autocommit=True)
     db = Database(pg_dsn)
-    metrics = SharedMetrics(db, flush_s=3600)
+    metrics = PostgresMetrics(db, flush_s=3600)
     metrics.count_request("GET", "/health", 200)
     metrics.flush()
     admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
@@ -237,13 +238,13 @@ def test_an_outage_loses_no_counts_and_is_logged_once(pg_dsn, monkeypatch, caplo
         except DatabaseUnavailable:
             assert time.monotonic() < deadline, "the database did not come back"
     metrics.close()
-    assert counts(SharedMetrics(db).snapshot()) == {("GET", "/health", 200): 3}  # none lost, none twice
+    assert counts(PostgresMetrics(db).snapshot()) == {("GET", "/health", 200): 3}  # none lost, none twice
     db.close()
     admin.close()
 
 
 def test_a_conversation_continues_on_another_process(two_processes):
-    a, b = (SharedConversations(db, max_turns=3) for db in two_processes)
+    a, b = (PostgresConversations(db, max_turns=3) for db in two_processes)
     a.add("c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara Robotics", "Iris Kallas."))
     assert questions(b.history("c1")) == ["Who is the CEO of Zentara Robotics?"]
     b.add("c1", Turn("How many employees does it have?", "employees Zentara Robotics", "About 240."))
@@ -252,9 +253,9 @@ def test_a_conversation_continues_on_another_process(two_processes):
 
 
 def test_processes_adding_to_one_conversation_together_keep_its_bounds(two_processes):
-    a, b = (SharedConversations(db, max_conversations=5, max_turns=3) for db in two_processes)
+    a, b = (PostgresConversations(db, max_conversations=5, max_turns=3) for db in two_processes)
 
-    def talk(conversations: SharedConversations, who: str) -> None:
+    def talk(conversations: PostgresConversations, who: str) -> None:
         for n in range(15):
             conversations.add("shared", Turn(f"{who}{n}", "q", "x"))
             conversations.add(f"{who}-own-{n}", Turn("q", "q", "x"))
@@ -272,10 +273,10 @@ def test_processes_adding_to_one_conversation_together_keep_its_bounds(two_proce
 
 def test_forgetting_is_bounded_per_add_and_catches_up(pg_dsn):
     db = Database(pg_dsn)
-    roomy = SharedConversations(db, max_conversations=100)
+    roomy = PostgresConversations(db, max_conversations=100)
     for n in range(10):
         roomy.add(f"c{n}", Turn("q", "q", "x"))
-    tight = SharedConversations(db, max_conversations=2, evict_batch=3)  # a restart with a lower bound
+    tight = PostgresConversations(db, max_conversations=2, evict_batch=3)  # a restart with a lower bound
     sizes = []
     for n in range(4):
         tight.add("c9", Turn(f"again{n}", "q", "x"))
@@ -292,8 +293,8 @@ def test_a_database_that_is_down_is_a_503_without_the_password(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     db = Database(f"postgresql://funnel:s3cret-pw@127.0.0.1:{port}/funnel")
-    conversations = SharedConversations(db)
-    metrics = SharedMetrics(db, flush_s=3600)
+    conversations = PostgresConversations(db)
+    metrics = PostgresMetrics(db, flush_s=3600)
     metrics.count_request("POST", "/v1/collections/{name}/ask", 200)
     for call in (lambda: conversations.history("c"), lambda: conversations.add("c", Turn("q", "q", "a")),
                  metrics.snapshot):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_triage_incidents import IncidentStoreContract, report, result, steps
+from test_triage_incidents import IncidentsContract, report, result, steps
 from test_triage_slack import (  # noqa: F401 (alert_state, clock, make, receiver, sleeps: fixtures)
     AlertStateContract,
     alert_state,
@@ -21,12 +21,10 @@ from test_triage_slack import result as triaged
 from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.state import db as db_module
-from funnel.apps.state.alerts import PostgresAlertState, open_alert_state
+from funnel.apps.state.alerts import EmbeddedAlertState, PostgresAlertState, open_alert_state
 from funnel.apps.state.db import Database, DatabaseUnavailable
-from funnel.apps.state.incidents import STEPS, PostgresIncidentStore, open_incidents
-from funnel.apps.triage.alert_state import MemoryAlertState
-from funnel.apps.triage.incident_rows import incident_row
-from funnel.apps.triage.incidents import IncidentStore
+from funnel.apps.state.incident_rows import incident_row
+from funnel.apps.state.incidents import STEPS, EmbeddedIncidents, PostgresIncidents, open_incidents
 from funnel.apps.triage.slack import Delivery, DeliveryStatus
 from funnel.errors import StoreError
 
@@ -70,10 +68,10 @@ def run_together(*workers) -> list:
 # --- incidents ---------------------------------------------------------------------------------------------
 
 
-class TestPostgresIncidentStore(IncidentStoreContract):
+class TestPostgresIncidents(IncidentsContract):
     @pytest.fixture
     def open_store(self, databases, clock):
-        return lambda: PostgresIncidentStore(databases(), clock=clock)
+        return lambda: PostgresIncidents(databases(), clock=clock)
 
     def stored_bytes(self, store) -> bytes:
         with store._tables.db.connection() as conn:
@@ -81,9 +79,9 @@ class TestPostgresIncidentStore(IncidentStoreContract):
 
 
 def test_two_processes_record_into_one_history(databases, clock):
-    first, second = PostgresIncidentStore(databases(), clock=clock), PostgresIncidentStore(databases(), clock=clock)
+    first, second = PostgresIncidents(databases(), clock=clock), PostgresIncidents(databases(), clock=clock)
 
-    def recorder(store: PostgresIncidentStore):
+    def recorder(store: PostgresIncidents):
         return lambda: [store.record(report(), result(fingerprint="fp-shared")) for _ in range(10)]
 
     ids = run_together(*[recorder(store) for store in (first, second) for _ in range(3)])
@@ -104,7 +102,7 @@ def test_incidents_of_the_version_before_steps_are_migrated(databases):
     with db.connection() as conn:
         conn.execute(f"INSERT INTO funnel_incidents ({v1_columns}) VALUES ({', '.join(['%s'] * 9)})",
                      list(incident_row(report(), result(), 1_700_000_000.0)[:9]))
-    store = PostgresIncidentStore(db)
+    store = PostgresIncidents(db)
     [old] = store.list()
     assert old.steps() == steps("done", None) and old.result() == result()
     assert store.get(store.record(report(), result(), steps("queued", "queued"))).steps() == steps("queued", "queued")
@@ -115,9 +113,9 @@ def test_incidents_of_the_version_before_steps_are_migrated(databases):
 
 def test_open_incidents_chooses_the_database_or_the_file(databases, tmp_path):
     embedded = open_incidents(None, tmp_path / "incidents.sqlite")
-    assert isinstance(embedded, IncidentStore) and embedded.path == tmp_path / "incidents.sqlite"
+    assert isinstance(embedded, EmbeddedIncidents) and embedded.path == tmp_path / "incidents.sqlite"
     shared = open_incidents(databases(), tmp_path / "unused.sqlite")
-    assert isinstance(shared, PostgresIncidentStore)
+    assert isinstance(shared, PostgresIncidents)
     assert shared.get(shared.record(report(), result())).fingerprint == "fp-1"
     assert not (tmp_path / "unused.sqlite").exists()
 
@@ -125,7 +123,7 @@ def test_open_incidents_chooses_the_database_or_the_file(databases, tmp_path):
 def test_a_database_that_is_down_is_one_line_without_the_password(monkeypatch):
     monkeypatch.setattr(db_module, "POOL_TIMEOUT_S", 0.3)
     db = Database(f"postgresql://funnel:s3cret-pw@127.0.0.1:{closed_port()}/funnel")
-    store = PostgresIncidentStore(db)  # building it connects to nothing
+    store = PostgresIncidents(db)  # building it connects to nothing
     for call in (lambda: store.record(report(), result()), lambda: store.list()):
         with pytest.raises(DatabaseUnavailable) as caught:
             call()
@@ -135,7 +133,7 @@ def test_a_database_that_is_down_is_one_line_without_the_password(monkeypatch):
 
 
 def test_a_missing_table_is_one_line_store_error(databases):
-    store = PostgresIncidentStore(databases())
+    store = PostgresIncidents(databases())
     store.record(report(), result())
     with store._tables.db.connection() as conn:
         conn.execute("DROP TABLE funnel_incidents")
@@ -204,6 +202,6 @@ def test_finished_windows_are_pruned(databases):
 
 
 def test_open_alert_state_chooses_the_database_or_memory(databases):
-    assert isinstance(open_alert_state(None), MemoryAlertState)
+    assert isinstance(open_alert_state(None), EmbeddedAlertState)
     state = open_alert_state(databases())
     assert isinstance(state, PostgresAlertState) and state.clock() > 1_600_000_000  # wall clock, not monotonic

@@ -340,10 +340,10 @@ def test_a_base_model_without_tool_calling_is_not_asked_to_analyse(pipeline):
 
 
 def test_an_unwritable_incident_store_costs_a_note_not_the_report(pipeline, tmp_path):
-    from funnel.apps.triage.incidents import IncidentStore
+    from funnel.apps.state.incidents import EmbeddedIncidents
 
     path = tmp_path / "incidents.sqlite"
-    store = IncidentStore(path)
+    store = EmbeddedIncidents(path)
     path.write_bytes(b"this is not an SQLite database" * 100)  # broken after start-up
     service = TriageService(pipeline, repo_root=SAMPLE_REPO, incidents=store)
     outcome = service.triage(ErrorReport(message="x", stack_trace=raised_in_sample_app("empty_order")))

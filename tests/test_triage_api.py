@@ -22,7 +22,7 @@ from upstream_support import Reply, fake_upstream
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
 from funnel.apps.state import jobs
-from funnel.apps.triage.incidents import IncidentStore
+from funnel.apps.state.incidents import EmbeddedIncidents
 from funnel.apps.triage.schema import ErrorReport, Step, TriageSteps
 from funnel.apps.triage.service import TriageService
 from funnel.apps.triage.slack import SlackNotifier
@@ -64,7 +64,7 @@ def api(tmp_path_factory, slack, pipeline):
         pipeline,
         repo_root=SAMPLE_REPO,
         notifier=SlackNotifier(f"{slack.url}/services/T000/B000/XXXX"),
-        incidents=IncidentStore(tmp_path_factory.mktemp("triage-api") / "incidents.sqlite"),
+        incidents=EmbeddedIncidents(tmp_path_factory.mktemp("triage-api") / "incidents.sqlite"),
     )
     with serve_triage(service) as client:
         yield client, slack
@@ -84,7 +84,7 @@ def agent_api(tmp_path_factory, slack, llm, pipeline):
         repo_root=SAMPLE_REPO,
         chat=OpenAIChat(llm.url + "/v1", model="m", timeout=90),
         notifier=SlackNotifier(f"{slack.url}/services/T000/B000/YYYY"),
-        incidents=IncidentStore(tmp_path_factory.mktemp("triage-agent-api") / "incidents.sqlite"),
+        incidents=EmbeddedIncidents(tmp_path_factory.mktemp("triage-agent-api") / "incidents.sqlite"),
     )
     with serve_triage(service) as client:
         yield client
@@ -192,7 +192,7 @@ def test_a_model_that_fails_once_is_asked_again(agent_api, llm, monkeypatch):
 
 def test_steps_left_behind_by_a_stopped_server_say_interrupted(tmp_path, pipeline):
     """The embedded server's queue is in memory: what it had not done when it stopped never will be."""
-    store = IncidentStore(tmp_path / "incidents.sqlite")
+    store = EmbeddedIncidents(tmp_path / "incidents.sqlite")
     report = ErrorReport(service="billing", message="boom")
     queued = TriageSteps(analysis=Step(status="queued"), slack=Step(status="queued"))
     left = store.record(report, stored_result(analysis=False), queued)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import FakeClock
 
-from funnel.apps.triage.incident_rows import incident_row
-from funnel.apps.triage.incidents import _SCHEMA_V1, SCHEMA_VERSION, Incident, IncidentChange, IncidentStore
+from funnel.apps.state.incident_rows import incident_row
+from funnel.apps.state.incidents import SCHEMA_VERSION, SQLITE_V1, EmbeddedIncidents, Incident, IncidentChange
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import (
     MAX_TRACE_CHARS,
@@ -55,7 +55,7 @@ def steps(analysis: str, slack: str | None, detail: str = "") -> TriageSteps:
     return TriageSteps(analysis=Step(status=analysis, detail=detail), slack=Step(status=slack or "skipped"))
 
 
-class IncidentStoreContract:
+class IncidentsContract:
     """Every incident store's test class inherits this and provides `open_store`: opens the store over the
     same storage at each call (a restart, or another process), all with the `clock` fixture."""
 
@@ -237,10 +237,10 @@ class IncidentStoreContract:
         assert got.message in ("before\x00after", "before\ufffdafter")  # PostgreSQL text holds no NUL
 
 
-class TestSQLiteIncidentStore(IncidentStoreContract):
+class TestEmbeddedIncidents(IncidentsContract):
     @pytest.fixture
     def open_store(self, tmp_path, clock):
-        return lambda: IncidentStore(tmp_path / "deep" / "er" / "incidents.sqlite", clock=clock)
+        return lambda: EmbeddedIncidents(tmp_path / "deep" / "er" / "incidents.sqlite", clock=clock)
 
     def stored_bytes(self, store) -> bytes:
         return b"".join(p.read_bytes() for p in store.path.parent.iterdir() if p.is_file())
@@ -259,7 +259,7 @@ def test_a_version_1_file_gains_the_step_columns(tmp_path, half_migrated):
     v1_columns = ("created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, "
                   "report_json, result_json, slack_status, slack_detail")
     with closing(sqlite3.connect(path)) as con:
-        for statement in _SCHEMA_V1:
+        for statement in SQLITE_V1:
             con.execute(statement)
         row = (*incident_row(report(), result(), 1_700_000_000.0)[:9], "sent", "delivered")
         con.execute(f"INSERT INTO incidents ({v1_columns}) VALUES ({', '.join('?' * 11)})", row)
@@ -267,23 +267,23 @@ def test_a_version_1_file_gains_the_step_columns(tmp_path, half_migrated):
             con.execute("ALTER TABLE incidents ADD COLUMN analysis_error text")
         con.execute("PRAGMA user_version = 1")
         con.commit()
-    store = IncidentStore(path)
+    store = EmbeddedIncidents(path)
     [old] = store.list()
     assert old.steps() == TriageSteps(analysis=Step(status="done"), slack=Step(status="sent", detail="delivered"))
     assert old.result() == result() and old.job_id is None
     new = store.record(report(), result(), steps("queued", "queued"))
-    assert IncidentStore(path).get(new).steps() == steps("queued", "queued")
+    assert EmbeddedIncidents(path).get(new).steps() == steps("queued", "queued")
     with closing(sqlite3.connect(path)) as con:
         assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
 
 
 def test_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "incidents.sqlite"
-    IncidentStore(path)
+    EmbeddedIncidents(path)
     with sqlite3.connect(path) as con:
         con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError, match="newer funnel") as e:
-        IncidentStore(path)
+        EmbeddedIncidents(path)
     assert "\n" not in str(e.value)
 
 
@@ -291,7 +291,7 @@ def test_a_file_that_is_not_sqlite_is_a_one_line_store_error(tmp_path):
     path = tmp_path / "incidents.sqlite"
     path.write_bytes(b"this is not a database, just some text that goes on\n" * 200)
     with pytest.raises(StoreError, match="not an incident database") as e:
-        IncidentStore(path)
+        EmbeddedIncidents(path)
     assert "\n" not in str(e.value)
 
 
@@ -300,18 +300,18 @@ def test_an_sqlite_file_of_something_else_is_refused(tmp_path):
     with sqlite3.connect(path) as con:
         con.execute("CREATE TABLE songs (title TEXT)")
     with pytest.raises(StoreError, match="something else"):
-        IncidentStore(path)
+        EmbeddedIncidents(path)
 
 
 def test_a_folder_in_the_way_is_a_store_error(tmp_path):
     (tmp_path / "incidents.sqlite").mkdir()
     with pytest.raises(StoreError):
-        IncidentStore(tmp_path / "incidents.sqlite")
+        EmbeddedIncidents(tmp_path / "incidents.sqlite")
     (tmp_path / "file").write_text("x")
     with pytest.raises(StoreError, match="cannot create"):
-        IncidentStore(tmp_path / "file" / "sub" / "incidents.sqlite")
+        EmbeddedIncidents(tmp_path / "file" / "sub" / "incidents.sqlite")
 
 
 def test_store_accepts_str_path(tmp_path: Path):
-    s = IncidentStore(str(tmp_path / "x.sqlite"))
+    s = EmbeddedIncidents(str(tmp_path / "x.sqlite"))
     assert s.path == tmp_path / "x.sqlite"

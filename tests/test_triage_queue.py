@@ -13,8 +13,8 @@ from test_triage import SAMPLE_REPO, pipeline, raised_in_sample_app  # noqa: F40
 from test_triage_llm import ANALYSIS
 from upstream_support import ScriptedChat
 
-from funnel.apps.state.jobs import Job, MemoryJobs, Permanent, Queue
-from funnel.apps.triage.incidents import IncidentStore
+from funnel.apps.state.jobs import Job, EmbeddedJobs, Permanent, Queue
+from funnel.apps.state.incidents import EmbeddedIncidents
 from funnel.apps.triage.queue import TRIAGE, TriageQueue
 from funnel.apps.triage.schema import ErrorReport
 from funnel.apps.triage.service import TriageService
@@ -26,9 +26,9 @@ def report() -> ErrorReport:
 
 
 def triage_queue(pipeline, tmp_path, chat=None, max_attempts: int = 3) -> TriageQueue:  # noqa: F811
-    store = IncidentStore(tmp_path / "incidents.sqlite")
+    store = EmbeddedIncidents(tmp_path / "incidents.sqlite")
     service = TriageService(pipeline, repo_root=SAMPLE_REPO, chat=chat, incidents=store)
-    return TriageQueue(service, Queue(MemoryJobs(max_attempts=max_attempts)))
+    return TriageQueue(service, Queue(EmbeddedJobs(max_attempts=max_attempts)))
 
 
 def claimed(queue: TriageQueue) -> Job:

@@ -22,7 +22,7 @@ from helpers import FakeClock
 from upstream_support import FakeServer, Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.triage import slack
-from funnel.apps.triage.alert_state import MemoryAlertState
+from funnel.apps.state.alerts import EmbeddedAlertState
 from funnel.apps.triage.redact import REDACTED
 from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
 from funnel.apps.triage.slack import Delivery, DeliveryStatus, SlackNotifier
@@ -433,10 +433,10 @@ class AlertStateContract:
         assert notifier.notify(result("fp-b")).status == "rate_limited"
 
 
-class TestMemoryAlertState(AlertStateContract):
+class TestEmbeddedAlertState(AlertStateContract):
     @pytest.fixture
     def alert_state(self):
-        return MemoryAlertState()
+        return EmbeddedAlertState()
 
 
 # --- the webhook URL is a secret --------------------------------------------------------------------------------
@@ -486,7 +486,7 @@ def test_retry_after_as_an_http_date(make, receiver, sleeps):
 DOWN = "the database at postgresql://db:5432/funnel is unavailable: connection refused"
 
 
-class UnreachableState(MemoryAlertState):
+class UnreachableState(EmbeddedAlertState):
     """Kept in memory, but failing as a shared state whose database is down does, while `down` is set
     (`settle` too while `settle_down` is)."""
 
@@ -527,7 +527,7 @@ def test_a_state_that_fails_after_the_post_does_not_fail_the_delivery(make, rece
 
 
 def test_dedupe_state_in_memory_is_bounded(make, clock):
-    state = MemoryAlertState(max_keys=4)
+    state = EmbeddedAlertState(max_keys=4)
     notifier = make(rate_per_minute=1000, dedupe_window_s=60, state=state)
     for i in range(10):
         notifier.notify(result(f"fp-{i}"))

@@ -165,7 +165,7 @@ def test_a_server_error_reads_as_a_message_and_server_text_stays_text(base_url, 
 
 def test_incidents_panel_lists_incidents_as_text(tmp_path, page):
     from funnel.apps.api import create_app
-    from funnel.apps.triage.incidents import Incident
+    from funnel.apps.state.incidents import Incident
 
     incident = Incident(
         id=7, created_at="2026-11-01T12:00:00+00:00", service="billing", exception_type="KeyError",

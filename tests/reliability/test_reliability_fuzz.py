@@ -448,7 +448,7 @@ def api(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from funnel.apps.api import create_app
-    from funnel.apps.triage.incidents import IncidentStore
+    from funnel.apps.state.incidents import EmbeddedIncidents
     from funnel.apps.triage.service import TriageService
     from funnel.embed import HashingEmbedder
     from funnel.index.lance import LanceStore
@@ -462,7 +462,7 @@ def api(tmp_path_factory):
         "from app.users import get_user\n\ndef order(uid):\n    get_user(uid)\n")
     pipeline = Pipeline(LanceStore(tmp / "repo-index"), HashingEmbedder())
     pipeline.ingest([repo])
-    triage = TriageService(pipeline, repo_root=repo, incidents=IncidentStore(tmp / "incidents.sqlite"))
+    triage = TriageService(pipeline, repo_root=repo, incidents=EmbeddedIncidents(tmp / "incidents.sqlite"))
     app = create_app(Settings(embedder="hashing", reranker="lexical", data_dir=tmp / "data", max_upload_mb=2),
                      triage=triage)
     with TestClient(app, raise_server_exceptions=True) as client:

@@ -247,7 +247,7 @@ def test_llm_fault_in_a_stream_ends_with_an_answer(llm, fault, tally):
 def triage_api(tmp_path_factory):
     from test_triage import SAMPLE_REPO
 
-    from funnel.apps.triage.incidents import IncidentStore
+    from funnel.apps.state.incidents import EmbeddedIncidents
     from funnel.apps.triage.service import TriageService
     from funnel.apps.triage.slack import SlackNotifier
     from funnel.embed import HashingEmbedder
@@ -261,7 +261,7 @@ def triage_api(tmp_path_factory):
     notifier = SlackNotifier(f"{slack.url}/services/T000/B000/XXXXsecretXXXX", timeout=TIMEOUT, max_retries=1,
                              backoff=0.05, rate_per_minute=100_000, dedupe_window_s=0)
     service = TriageService(pipeline, repo_root=SAMPLE_REPO, notifier=notifier,
-                            incidents=IncidentStore(tmp / "incidents.sqlite"))
+                            incidents=EmbeddedIncidents(tmp / "incidents.sqlite"))
     with serving(create_app(Settings(), triage=service)) as url:
         with httpx.Client(base_url=url, timeout=60) as http:
             yield http, slack, notifier

@@ -185,8 +185,7 @@ class Collections:
         self._lock = threading.Lock()
 
     def locations(self) -> dict[str, str]:
-        from funnel.apps.api.home import EmbeddedHome  # here: it brings the web stack along
-        from funnel.apps.api.library import NAME
+        from funnel.apps.state.home import NAME, EmbeddedHome  # here: only this tool reads serve's folders
 
         found = {DEFAULT_COLLECTION: self.settings.index}
         home = EmbeddedHome(Path(self.settings.data_dir))  # funnel serve's folders (not its database)

@@ -27,13 +27,15 @@ from starlette.middleware.cors import CORSMiddleware
 
 import funnel
 from funnel.apps.api import ask, collections, embeddings, metrics, rerank
-from funnel.apps.api.conversations import QueryRewriter
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from funnel.apps.api.rewrite import QueryRewriter
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
 from funnel.apps.settings import Settings
+from funnel.apps.state.conversations import open_conversations
+from funnel.apps.state.metrics import open_metrics
 from funnel.embed import DEFAULT
 from funnel.embed import load as load_embedder
 from funnel.errors import ConfigError
@@ -80,9 +82,6 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     if watch and library.home.shared:
         raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
     state.watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
-    from funnel.apps.state.conversations import open_conversations  # here: they import this package's modules
-    from funnel.apps.state.metrics import open_metrics
-
     state.metrics = open_metrics(db)
     state.conversations = open_conversations(db)
     state.rewriter = QueryRewriter(chat)

@@ -38,9 +38,10 @@ from starlette.concurrency import run_in_threadpool
 
 from funnel.generate.context import with_continuations
 from funnel.apps.api.collections import collection as get_collection
-from funnel.apps.api.conversations import Conversations, QueryRewriter, Turn, new_conversation_id
-from funnel.apps.api.metrics import STAGES
+from funnel.apps.api.rewrite import QueryRewriter, new_conversation_id
 from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
+from funnel.apps.state.conversations import Conversations, Turn
+from funnel.apps.state.metrics import STAGES
 from funnel.errors import FunnelError
 from funnel.generate.base import Generator
 from funnel.generate.llm import AnswerStream, answer_stream

@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from funnel.apps.api.errors import Conflict
-from funnel.apps.api.home import Place
-from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
-from funnel.apps.api.replica import ReplicaReads, on_primary
 from funnel.apps.api.uploads import Upload, check
+from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.state.home import Place
 from funnel.apps.state.jobs import Job, Lease, Permanent, Queue
+from funnel.apps.state.replica import ReplicaReads, on_primary
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator

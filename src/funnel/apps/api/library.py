@@ -1,6 +1,5 @@
 """The service's collections (each one a `Collection`: funnel.apps.api.collection) in its `Home`: folders
-under `data_dir`, or the service database (`funnel.apps.api.home`, `pg_home`), and the workers that run
-their jobs.
+under `data_dir`, or the service database (`funnel.apps.state.home`), and the workers that run their jobs.
 
 Deleting a collection removes it from the catalog at once (every process answers 404 from then on), cancels
 its jobs, and removes its data in the background once its running job has stopped.
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -21,27 +19,18 @@ from funnel.apps.api.collection import (
     CALIBRATE, CHANGES, DROP, DROP_WAIT_S, INGEST, SYNC, Collection, Services, calibration_summary, one_line,
 )
 from funnel.apps.api.errors import Conflict
-from funnel.apps.api.home import Home
-from funnel.apps.state.jobs import LEASE_S, Job, Jobs, Lease, MemoryJobs, Permanent, Queue, Workers
+from funnel.apps.api.watched import WatchedCollection
+from funnel.apps.state.home import NAME, Home, check_name, open_home
+from funnel.apps.state.jobs import LEASE_S, EmbeddedJobs, Job, Jobs, Lease, Permanent, Queue, Workers
+from funnel.apps.state.jobs_pg import open_jobs
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, NotFound
 
 __all__ = ["Collection", "LazyEmbedder", "Library", "Services", "calibration_summary", "check_name", "one_line"]
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEFAULT_COLLECTION = "default"
 KINDS = (INGEST, DROP, CALIBRATE, SYNC)
 log = logging.getLogger("funnel.api")
-
-
-def check_name(name: str) -> str:
-    if not NAME.match(name):
-        raise ConfigError(
-            f"invalid collection name {name[:80]!r}: use 1-64 lower-case letters, digits, '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
 
 
 class LazyEmbedder:
@@ -61,7 +50,6 @@ class LazyEmbedder:
         return getattr(self._embedder, name)
 
 
-
 class Library:
     """Every collection in `home`. Nothing is written until a collection is used. `workers` threads run the
     collections' jobs (0: another process's `funnel worker` does)."""
@@ -70,7 +58,7 @@ class Library:
                  lease_s: float = LEASE_S):
         self.home = home
         self.services = services
-        self.jobs = jobs if jobs is not None else MemoryJobs()
+        self.jobs = jobs if jobs is not None else EmbeddedJobs()
         self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run), f"{socket.gethostname()}-{os.getpid()}",
                                threads=workers, lease_s=lease_s)
         self.queue = Queue(self.jobs, self.workers.wake, self.workers.stop_running)
@@ -135,8 +123,6 @@ class Library:
         folder = marker.get("watch")
         if folder is None:
             return Collection(name, self.home.place(name), self.services, self.queue)
-        from funnel.apps.api.watched import WatchedCollection  # a subclass: imported here, not in a cycle
-
         return WatchedCollection(name, self.home.place(name), self.services, self.queue, Path(folder))
 
     def _run(self, job: Job, lease: Lease) -> None:
@@ -235,17 +221,13 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
         raise ConfigError("search_database is a read replica of the service database: set database "
                           "(--database or FUNNEL_DATABASE) too")
     if settings.database is None:
-        from funnel.apps.api.home import EmbeddedHome
-
+        db = None
         threads = max(threads, 1)  # an in-process queue has no other worker: job_threads 0 would stall it
-
-        return Library(EmbeddedHome(settings.data_dir), services, workers=threads, lease_s=settings.job_lease_s)
-    from funnel.apps.api.pg_home import PgHome
-    from funnel.apps.state.pg_jobs import PgJobs
-
-    db = db if db is not None else open_database(settings)
+    else:
+        db = db if db is not None else open_database(settings)
     replica = settings.search_database.get_secret_value() if settings.search_database else None
-    return Library(PgHome(db, replica), services, PgJobs(db), workers=threads, lease_s=settings.job_lease_s)
+    home = open_home(db, settings.data_dir, replica)
+    return Library(home, services, open_jobs(db), workers=threads, lease_s=settings.job_lease_s)
 
 
 def open_database(settings):

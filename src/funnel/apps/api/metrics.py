@@ -1,80 +1,13 @@
-"""`GET /health` and `GET /metrics`: request counts per route and status, per-stage latency percentiles over
-the last WINDOW observations, the ingest queue. `Metrics` counts in this process (thread-safe; a restart
-starts from zero); with `funnel serve --database`, `funnel.apps.state.metrics.SharedMetrics` counts for
-every process of the service and renders the same document (`summary`).
-
-Routes are counted by their template (`/v1/collections/{name}/search`), never by the raw path, so the
-number of counters stays bounded whatever clients send; paths that match no route count as "unmatched".
+"""`GET /health` and `GET /metrics`: what the service runs and where its state is; request counts per route
+and status, per-stage latency percentiles and the ingest queue, from the app's metrics
+(`funnel.apps.state.metrics`: this process's, or with `funnel serve --database` the whole service's).
 """
 
 from __future__ import annotations
 
-import math
-import threading
-import time
-from collections import Counter, deque
-
 from fastapi import APIRouter, Request
 
 import funnel
-
-WINDOW = 1000
-STAGES = ("first_stage", "rerank", "group", "generate")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted values."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-class Metrics:
-    def __init__(self, window: int = WINDOW):
-        self._lock = threading.Lock()
-        self._requests: Counter[tuple[str, str, int]] = Counter()
-        self._stages: dict[str, deque[float]] = {}
-        self._window = window
-        self._started = time.time()
-
-    def count_request(self, method: str, route: str, status: int) -> None:
-        with self._lock:
-            self._requests[(method, route, status)] += 1
-
-    def observe(self, timings_ms: dict[str, float]) -> None:
-        with self._lock:
-            for stage, ms in timings_ms.items():
-                self._stages.setdefault(stage, deque(maxlen=self._window)).append(float(ms))
-
-    def snapshot(self) -> dict:
-        with self._lock:
-            requests = Counter(self._requests)
-            stages = {name: list(values) for name, values in self._stages.items()}
-        return summary(requests, stages, self._window, self._started)
-
-    def close(self) -> None:
-        """Nothing to hand back; here so the app closes either kind of metrics the same way."""
-
-
-def summary(requests: Counter, stages: dict[str, list[float]], window: int, started: float) -> dict:
-    """The /metrics document, one shape for this process's counts and the whole service's: counts per
-    (method, route, status), and p50/p95 over each stage's last `window` observations."""
-    rows = sorted(requests.items())
-    latency = {}
-    for name in [*STAGES, *sorted(set(stages) - set(STAGES))]:
-        values = sorted(stages.get(name, []))
-        latency[name] = {
-            "count": len(values),
-            "p50_ms": round(percentile(values, 50), 3) if values else None,
-            "p95_ms": round(percentile(values, 95), 3) if values else None,
-        }
-    return {
-        "uptime_s": round(time.time() - started, 1),
-        "requests": [{"method": m, "route": r, "status": s, "count": n} for (m, r, s), n in rows],
-        "requests_total": sum(n for _, n in rows),
-        "latency_ms": latency,
-        "window": window,
-    }
-
 
 router = APIRouter(tags=["health"])
 

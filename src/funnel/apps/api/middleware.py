@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from funnel.apps.api.errors import TooLarge, Unauthorized, error_response
-from funnel.apps.api.metrics import Metrics
+from funnel.apps.state.metrics import Metrics
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 UPLOAD_PATH = re.compile(r"^/v1/collections/[^/]+/documents/?$")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from funnel.apps.api.registry import DocumentRecord
+from funnel.apps.state.documents import DocumentRecord
 from funnel.types import Answer, Chunk, Citation, DocumentHit, Hit, SearchResult
 
 MAX_QUESTION_CHARS = 8000  # the pipeline cuts the query at 4000 and says so in `notes`

@@ -18,18 +18,21 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from funnel.apps.api.collection import CALIBRATE, SYNC
+from funnel.apps.api.collection import CALIBRATE, SYNC, Collection, Services, one_line
 from funnel.apps.api.errors import Conflict
-from funnel.apps.api.home import Place
-from funnel.apps.api.library import Collection, Library, Services, check_name, one_line
-from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
-from funnel.apps.api.registry import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.api.uploads import MEDIA_TYPES, Upload
+from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.state.home import Place, check_name
+from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
 from funnel.apps.watch import FolderWatcher, WatchStatus, describe, folder_name
 from funnel.errors import Cancelled, ConfigError, IngestError, NotFound
 from funnel.ingest.walk import classify
 from funnel.types import Chunk, SearchResult
+
+if TYPE_CHECKING:  # the library opens watched collections: it imports this module
+    from funnel.apps.api.library import Library
 
 log = logging.getLogger("funnel.api.watch")
 

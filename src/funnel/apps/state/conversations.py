@@ -1,26 +1,116 @@
-"""Conversation memory in the service's PostgreSQL, so a conversation started on one `funnel serve` process
-continues on any other, with the bounds of the in-process memory (`funnel.apps.api.conversations`): the
-last `max_turns` turns, at most `max_chars` of them, at most `max_conversations` conversations, the least
-recently used forgotten first.
+"""Conversation memory for `ask`: the last `max_turns` turns of a conversation, at most `max_chars` of them,
+at most `max_conversations` conversations, the least recently used forgotten first. An id the service
+does not know (forgotten, or chosen by the client) starts a new, empty conversation under that id.
 
-Recency is a database sequence, not a clock, so processes whose clocks disagree still agree on which
-conversation is oldest. Forgetting is lazy: each `add` deletes at most `evict_batch` conversations beyond
-the bound, so no request pays for a backlog. A database that is down is DatabaseUnavailable (503 with
-Retry-After), not an empty history: a follow-up answered without its conversation would be a confident
-answer to a different question, and the client can retry.
+`EmbeddedConversations` keeps them in this process (a restart forgets every conversation);
+`PostgresConversations` in the service's PostgreSQL (`funnel serve --database`), with the same bounds, so
+a conversation started on one process continues on any other and outlives restarts. `open_conversations`
+chooses.
+
+In PostgreSQL recency is a database sequence, not a clock, so processes whose clocks disagree still agree
+on which conversation is oldest. Forgetting is lazy: each `add` deletes at most `evict_batch`
+conversations beyond the bound, so no request pays for a backlog. A database that is down is
+DatabaseUnavailable (503 with Retry-After), not an empty history: a follow-up answered without its
+conversation would be a confident answer to a different question, and the client can retry.
 """
 
 from __future__ import annotations
 
-from funnel.apps.api.conversations import (
-    MAX_CHARS,
-    MAX_CONVERSATIONS,
-    MAX_TURNS,
-    Conversations,
-    Turn,
-    remembered,
-)
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Protocol
+
 from funnel.apps.state.db import Database
+
+MAX_TURNS = 6
+MAX_CHARS = 4000
+MAX_CONVERSATIONS = 1000
+# Of an answer, only this much is remembered: enough for a rewrite to see what "it" was.
+ANSWER_CHARS = 600
+
+
+@dataclass(frozen=True)
+class Turn:
+    question: str
+    search_query: str
+    answer: str
+
+    @property
+    def chars(self) -> int:
+        return len(self.question) + len(self.answer)
+
+
+def remembered(turn: Turn, max_chars: int) -> Turn:
+    """What is kept of a turn: the question up to `max_chars`, the answer up to ANSWER_CHARS, no NUL
+    characters (a PostgreSQL text cannot hold one; the in-process memory keeps what the database would)."""
+
+    def clean(text: str) -> str:
+        return text.replace("\x00", "")
+
+    return Turn(clean(turn.question)[:max_chars], clean(turn.search_query), clean(turn.answer)[:ANSWER_CHARS])
+
+
+class Conversations(Protocol):
+    """Where conversations are remembered (`open_conversations` chooses)."""
+
+    def __len__(self) -> int: ...
+
+    def history(self, conversation_id: str) -> tuple[Turn, ...]:
+        """The remembered turns, oldest first; reading a conversation makes it the most recently used."""
+
+    def add(self, conversation_id: str, turn: Turn) -> None: ...
+
+
+class _Bounded:
+    """The bounds both memories keep."""
+
+    def __init__(self, max_conversations: int, max_turns: int, max_chars: int):
+        self.max_conversations = max_conversations
+        self.max_turns = max_turns
+        self.max_chars = max_chars
+
+
+class EmbeddedConversations(_Bounded):
+    """Thread-safe LRU of conversations in this process, each a bounded deque of turns."""
+
+    def __init__(
+        self,
+        max_conversations: int = MAX_CONVERSATIONS,
+        max_turns: int = MAX_TURNS,
+        max_chars: int = MAX_CHARS,
+    ):
+        super().__init__(max_conversations, max_turns, max_chars)
+        self._lock = threading.Lock()
+        self._turns: OrderedDict[str, deque[Turn]] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._turns)
+
+    def history(self, conversation_id: str) -> tuple[Turn, ...]:
+        with self._lock:
+            turns = self._turns.get(conversation_id)
+            if turns is None:
+                return ()
+            self._turns.move_to_end(conversation_id)
+            return tuple(turns)
+
+    def add(self, conversation_id: str, turn: Turn) -> None:
+        turn = remembered(turn, self.max_chars)
+        with self._lock:
+            turns = self._turns.get(conversation_id)
+            if turns is None:
+                turns = self._turns[conversation_id] = deque(maxlen=self.max_turns)
+            self._turns.move_to_end(conversation_id)
+            turns.append(turn)
+            while len(turns) > 1 and sum(t.chars for t in turns) > self.max_chars:
+                turns.popleft()
+            while len(self._turns) > self.max_conversations:
+                self._turns.popitem(last=False)
+
+
+# --- in the service database ---------------------------------------------------------------------------
 
 EVICT_BATCH = 100
 
@@ -62,15 +152,15 @@ def open_conversations(
     max_conversations: int = MAX_CONVERSATIONS,
     max_turns: int = MAX_TURNS,
     max_chars: int = MAX_CHARS,
-) -> Conversations | SharedConversations:
+) -> Conversations:
     """The service's conversation memory: in this process without a database, shared through `db` with one."""
     if db is None:
-        return Conversations(max_conversations, max_turns, max_chars)
-    return SharedConversations(db, max_conversations, max_turns, max_chars)
+        return EmbeddedConversations(max_conversations, max_turns, max_chars)
+    return PostgresConversations(db, max_conversations, max_turns, max_chars)
 
 
-class SharedConversations:
-    """`Conversations`' verbs (`history`, `add`, `len`) over the service's database."""
+class PostgresConversations(_Bounded):
+    """The same verbs over the service's database."""
 
     def __init__(
         self,
@@ -80,10 +170,8 @@ class SharedConversations:
         max_chars: int = MAX_CHARS,
         evict_batch: int = EVICT_BATCH,
     ):
+        super().__init__(max_conversations, max_turns, max_chars)
         self.db = db
-        self.max_conversations = max_conversations
-        self.max_turns = max_turns
-        self.max_chars = max_chars
         self.evict_batch = evict_batch
         self._migrated = False
 

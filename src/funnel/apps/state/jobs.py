@@ -1,13 +1,12 @@
 """The job queue: slow work (an upload's ingest, a collection's calibration, a triage's analysis) leaves the
 request and runs on workers.
 
-One contract, two homes:
-- `MemoryJobs`: one process, embedded (`funnel serve` without a database). Jobs live as long as the
-  process; what they work on says itself where it stands (a document "queued" in its registry is queued
-  again at the next start).
-- `PgJobs`: a table in the service database. Any process's workers claim with `FOR UPDATE SKIP LOCKED`
-  and hold a lease they renew while working; a job whose worker died is taken again once its lease ends,
-  and a job that fails `max_attempts` times stops, its error recorded.
+One contract, two homes (`open_jobs` in `jobs_pg.py` chooses):
+- `EmbeddedJobs`: one process (`funnel serve` without a database). Jobs live as long as the process; what
+  they work on says itself where it stands (a document "queued" is queued again at the next start).
+- `PostgresJobs` (`jobs_pg.py`): a table in the service database. Any process's workers claim with
+  `FOR UPDATE SKIP LOCKED` and hold a lease they renew while working; a job whose worker died is taken
+  again once its lease ends, and a job that fails `max_attempts` times stops, its error recorded.
 
 Every job has a `lane` (a collection): at most one job of a lane runs at a time, anywhere, so a collection
 has one writer (the PostgreSQL index would refuse a second) and its documents are ingested in upload order.
@@ -105,7 +104,7 @@ class _Entry:
 
 
 @dataclass
-class MemoryJobs:
+class EmbeddedJobs:
     """`Jobs` in this process's memory."""
 
     max_attempts: int = MAX_ATTEMPTS

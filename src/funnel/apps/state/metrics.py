@@ -1,8 +1,14 @@
-"""/metrics for a service of several `funnel serve` processes: request counts and stage timings in the
-service's PostgreSQL, so any process answers with the whole service's numbers.
+"""Request counts per route and status, and per-stage latency percentiles over the last `window`
+observations: what `GET /metrics` shows (`summary`, one document whichever counts). `EmbeddedMetrics` counts
+in this process (thread-safe; a restart starts from zero); `PostgresMetrics` counts for every process of
+the service in its PostgreSQL (`funnel serve --database`), so any process answers with the whole
+service's numbers. `open_metrics` chooses.
 
-A request never waits on the database: `count_request` and `observe` add to this process's buffer (they
-run on the event loop), and a thread writes the buffer every FLUSH_S seconds, and at `close`, in one
+Routes are counted by their template (`/v1/collections/{name}/search`), never by the raw path, so the
+number of counters stays bounded whatever clients send; paths that match no route count as "unmatched".
+
+In the database a request never waits on it: `count_request` and `observe` add to this process's buffer
+(they run on the event loop), and a thread writes the buffer every FLUSH_S seconds, and at `close`, in one
 transaction (counters as `n = n + EXCLUDED.n`, timings as rows trimmed to the last `window` per stage). A
 snapshot is the database's totals plus what this process has not written yet. While the database is down
 the buffer is kept (bounded: one counter per route and status, `window` timings per stage) and written
@@ -13,16 +19,101 @@ partial counts, which a scraper would read as a counter reset.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter, deque
+from typing import Protocol
 
-from funnel.apps.api.metrics import WINDOW, Metrics, summary
 from funnel.apps.state.db import Database
 
 log = logging.getLogger(__name__)
 
+WINDOW = 1000
+STAGES = ("first_stage", "rerank", "group", "generate")
 FLUSH_S = 1.0
+
+
+class Metrics(Protocol):
+    """Where the service counts (`open_metrics` chooses)."""
+
+    def count_request(self, method: str, route: str, status: int) -> None: ...
+
+    def observe(self, timings_ms: dict[str, float]) -> None: ...
+
+    def snapshot(self) -> dict:
+        """The /metrics document (`summary`)."""
+
+    def close(self) -> None: ...
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summary(requests: Counter, stages: dict[str, list[float]], window: int, started: float) -> dict:
+    """The /metrics document, one shape for this process's counts and the whole service's: counts per
+    (method, route, status), and p50/p95 over each stage's last `window` observations."""
+    rows = sorted(requests.items())
+    latency = {}
+    for name in [*STAGES, *sorted(set(stages) - set(STAGES))]:
+        values = sorted(stages.get(name, []))
+        latency[name] = {
+            "count": len(values),
+            "p50_ms": round(percentile(values, 50), 3) if values else None,
+            "p95_ms": round(percentile(values, 95), 3) if values else None,
+        }
+    return {
+        "uptime_s": round(time.time() - started, 1),
+        "requests": [{"method": m, "route": r, "status": s, "count": n} for (m, r, s), n in rows],
+        "requests_total": sum(n for _, n in rows),
+        "latency_ms": latency,
+        "window": window,
+    }
+
+
+class _Counts:
+    """This process's counts since the last look: all of them (embedded), or those not written yet."""
+
+    def __init__(self, window: int):
+        self._lock = threading.Lock()
+        self._requests: Counter[tuple[str, str, int]] = Counter()
+        self._stages: dict[str, deque[float]] = {}
+        self._window = window
+        self._started = time.time()
+
+    def count_request(self, method: str, route: str, status: int) -> None:
+        with self._lock:
+            self._requests[(method, route, status)] += 1
+            self._counted()
+
+    def observe(self, timings_ms: dict[str, float]) -> None:
+        with self._lock:
+            for stage, ms in timings_ms.items():
+                self._stages.setdefault(stage, deque(maxlen=self._window)).append(float(ms))
+            self._counted()
+
+    def _counted(self) -> None:
+        """Called under the lock after every count."""
+
+
+class EmbeddedMetrics(_Counts):
+    def __init__(self, window: int = WINDOW):
+        super().__init__(window)
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            requests = Counter(self._requests)
+            stages = {name: list(values) for name, values in self._stages.items()}
+        return summary(requests, stages, self._window, self._started)
+
+    def close(self) -> None:
+        """Nothing to hand back; here so the app closes either kind of metrics the same way."""
+
+
+# --- in the service database ---------------------------------------------------------------------------
 
 MIGRATIONS = (
     """CREATE TABLE funnel_metric_requests (
@@ -46,41 +137,26 @@ RECENT_TIMINGS = """SELECT stage, ms FROM (
     FROM funnel_metric_timings) recent WHERE newer <= %s ORDER BY stage, id"""
 
 
-def open_metrics(db: Database | None, window: int = WINDOW) -> Metrics | SharedMetrics:
+def open_metrics(db: Database | None, window: int = WINDOW) -> Metrics:
     """The service's metrics: in this process without a database, shared through `db` with one."""
-    return Metrics(window) if db is None else SharedMetrics(db, window)
+    return EmbeddedMetrics(window) if db is None else PostgresMetrics(db, window)
 
 
-class SharedMetrics:
-    """`Metrics`' three verbs over the service's database; `close()` writes what is left (call it before
+class PostgresMetrics(_Counts):
+    """The same verbs over the service's database; `close()` writes what is left (call it before
     the database is closed). `uptime_s` stays this process's: the service has no single start."""
 
     def __init__(self, db: Database, window: int = WINDOW, flush_s: float = FLUSH_S):
+        super().__init__(window)  # the buffer; its lock is never held while the database is spoken to
         self.db = db
-        self._window = window
         self._flush_s = flush_s
-        self._started = time.time()
-        self._lock = threading.Lock()  # the buffer; never held while the database is spoken to
         # One flush or snapshot at a time: a snapshot adds the buffer to the database's totals, which is
         # right only while no flush is between taking the buffer and committing it.
         self._writing = threading.Lock()
-        self._requests: Counter[tuple[str, str, int]] = Counter()
-        self._stages: dict[str, deque[float]] = {}
         self._migrated = False
         self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def count_request(self, method: str, route: str, status: int) -> None:
-        with self._lock:
-            self._requests[(method, route, status)] += 1
-            self._start_flushing()
-
-    def observe(self, timings_ms: dict[str, float]) -> None:
-        with self._lock:
-            for stage, ms in timings_ms.items():
-                self._stages.setdefault(stage, deque(maxlen=self._window)).append(float(ms))
-            self._start_flushing()
 
     def snapshot(self) -> dict:
         """The whole service's counts; DatabaseUnavailable (503) while the database is down."""
@@ -115,7 +191,7 @@ class SharedMetrics:
         except Exception as e:  # noqa: BLE001 (shutting down: the counts are lost, the reason logged)
             log.warning("metrics not written at shutdown: %s", self.db.redact(str(e)))
 
-    def _start_flushing(self) -> None:
+    def _counted(self) -> None:
         # Started by the first count, under the buffer's lock: building the app starts no thread.
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="funnel-metrics-flush", daemon=True)

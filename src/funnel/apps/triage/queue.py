@@ -11,8 +11,8 @@ A model that cannot be reached fails the try (the queue tries again after a paus
 which records the analysis as failed with its error and still posts the ranked files to Slack: an on-call
 engineer would rather get the alert without the analysis than none.
 
-The embedded server's queue (`MemoryJobs`) dies with its process: `start` marks what such a process left
-queued or running as interrupted. The database's queue (`PgJobs`) outlives it: another process's worker
+The embedded server's queue (`EmbeddedJobs`) dies with its process: `start` marks what such a process left
+queued or running as interrupted. The database's queue (`PostgresJobs`) outlives it: another process's worker
 takes the job. A job that ended without finishing its steps (its worker died on the last try) shows its
 error in `steps`.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from funnel.apps.state.incident_rows import Incident, IncidentChange
 from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
-from funnel.apps.triage.incidents import Incident, IncidentChange
 from funnel.apps.triage.schema import UNFINISHED, ErrorReport, Step, StepState, TriageResult, TriageSteps
 from funnel.apps.triage.service import TriageOutcome, TriageService
 from funnel.errors import StoreError

@@ -8,8 +8,8 @@ guards in front of the HTTP call:
   new message that says how many happened meanwhile ("seen 4 times in the last 2 hours").
 - a rate limit: at most `rate_per_minute` messages in any rolling minute. A message over the limit is
   dropped (not queued); its occurrence is still counted and reported by the next message that goes out.
-- where the two guards keep their state: `state`, an `AlertState` (`alert_state.py`). By default this
-  process's memory; with `funnel.apps.state.alerts.PostgresAlertState` the service database, so that every
+- where the two guards keep their state: `state`, an `AlertState` (`funnel.apps.state.alerts`). By default
+  this process's memory; with `PostgresAlertState` there the service database, so that every
   `funnel serve` process shares one window per fingerprint and one rate limit. When the shared state cannot
   be reached the notifier posts anyway, de-duplicated within this process only, and says so in the
   delivery's detail: an on-call engineer would rather get a possibly duplicate alert than none.
@@ -33,11 +33,11 @@ from enum import StrEnum
 
 import httpx
 
-from funnel.apps.triage.alert_state import (
+from funnel.apps.state.alerts import (
     Admission,
     AlertState,
     Deduplicated,
-    MemoryAlertState,
+    EmbeddedAlertState,
     RateLimited,
     Reservation,
 )
@@ -120,12 +120,12 @@ class SlackNotifier:
         self.backoff = float(backoff)
         self.rate_per_minute = rate_per_minute
         self.dedupe_window_s = float(dedupe_window_s)
-        self.state = state if state is not None else MemoryAlertState()
+        self.state = state if state is not None else EmbeddedAlertState()
         self._clock = clock or self.state.clock
         self._sleep = sleep
         self._retry = Retry(max_retries, self.backoff, RETRY_AFTER_CAP_S)
         self._upstream = Upstream("slack", webhook_url, self.timeout, client)
-        self._local = MemoryAlertState()  # while `state` cannot be reached
+        self._local = EmbeddedAlertState()  # while `state` cannot be reached
         self._shared_down: tuple[float, str] | None = None  # (until, why)
 
     def __repr__(self) -> str:  # never shows the webhook URL

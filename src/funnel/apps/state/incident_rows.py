@@ -1,6 +1,6 @@
-"""An incident as both incident stores keep it (`funnel.apps.triage.incidents`' SQLite file, the service
-database's `funnel.apps.state.incidents`): its columns, the row a report and its result become, and the
-queries both run, so that both store the same redacted, bounded incident.
+"""An incident as both incident stores keep it (`funnel.apps.state.incidents`: an SQLite file, or the
+service database): its table, its columns, the row a report and its result become, and the queries both
+run, so that both store the same redacted, bounded incident.
 
 What is written is redacted first (`redact_obj`): no secret of a report or an analysis reaches the disk.
 Sizes are bounded: a stack trace over `MAX_TRACE_CHARS` keeps its top and bottom around a marker, the
@@ -38,6 +38,31 @@ STEP_COLUMNS = (
     ("analysis_error", "text"),  # why the analysis failed, or the failed tries before it succeeded
     ("job_id", "bigint"),  # the queue's job doing the steps (funnel.apps.triage.queue)
 )
+
+
+def schema_v1(table: str, id_column: str, seconds_type: str) -> tuple[str, ...]:
+    """The statements that made version 1 of the incidents `table` (the step columns came with version 2),
+    with the dialect's `id_column` and type of Unix seconds."""
+    return (
+        f"""CREATE TABLE {table} (
+        {id_column},
+        created_at text NOT NULL,               -- UTC, ISO 8601
+        created_ts {seconds_type} NOT NULL,     -- the same instant in Unix seconds, for count_since
+        service text NOT NULL,
+        exception_type text,
+        message text NOT NULL,
+        fingerprint text NOT NULL,
+        analysis_status text NOT NULL,
+        report_json text NOT NULL,              -- the redacted ErrorReport
+        result_json text NOT NULL,              -- the redacted TriageResult
+        slack_status text,                      -- NULL until set_delivery
+        slack_detail text
+    )""",
+        f"CREATE INDEX {table}_by_fingerprint ON {table} (fingerprint, created_ts)",
+        f"CREATE INDEX {table}_by_service ON {table} (service, id)",
+    )
+
+
 COLUMNS = (  # in the order of Incident's fields
     "id, created_at, service, exception_type, message, fingerprint, analysis_status, result_json, "
     "slack_status, slack_detail, report_json, analysis_step, analysis_error, job_id"
@@ -97,7 +122,9 @@ class IncidentChange:
     job_id: int | None = None
 
 
-def incident_row(report: ErrorReport, result: TriageResult, ts: float, steps: TriageSteps | None = None) -> tuple:
+def incident_row(
+    report: ErrorReport, result: TriageResult, ts: float, steps: TriageSteps | None = None
+) -> tuple:
     """The values of INSERT_COLUMNS for one incident at Unix time `ts`: redacted first, then bounded. Without
     `steps`: analysed, and no Slack message asked for yet (`set_delivery` records one)."""
     report = _bounded_report(redact_obj(report))
@@ -128,7 +155,9 @@ def delivery_change(delivery: Delivery) -> IncidentChange:
     return IncidentChange(slack_status=str(delivery.status), slack_detail=delivery.detail)
 
 
-def update_query(table: str, mark: str, incident_id: int, change: IncidentChange) -> tuple[str, builtins.list]:
+def update_query(
+    table: str, mark: str, incident_id: int, change: IncidentChange
+) -> tuple[str, builtins.list]:
     """`update`'s UPDATE on `table` with the driver's parameter `mark`, and its arguments: what is written is
     redacted and bounded as `record` writes it."""
     values: dict[str, object] = {}

@@ -49,7 +49,8 @@ class ReplicaReads:
         except StoreError as e:  # the replica's failing; a request's own error (ConfigError) is the user's
             with self._lock:
                 self._retry_at = time.monotonic() + RETRY_S
-            log.warning("search replica %s failed, searching the primary for %g s: %s", self.store, RETRY_S, e)
+            log.warning("search replica %s failed, searching the primary for %g s: %s",
+                        self.store, RETRY_S, e)
             return None, f"the search replica failed ({e})"
         behind = primary_version - info.version
         if behind > 0:

@@ -1,12 +1,6 @@
-"""Conversation memory for `ask`, and the rewriting of a follow-up question into one that retrieval can
-answer on its own ("How many employees does it have?" -> "... Zentara Robotics").
-
-Memory is in-process and bounded on every axis: the last MAX_TURNS turns of a conversation, at most
-MAX_CHARS of them, at most MAX_CONVERSATIONS conversations (the least recently used is forgotten first).
-A restart forgets every conversation; an id the server does not know (forgotten, or chosen by the client)
-starts a new, empty conversation under that id. With `funnel serve --database`,
-`funnel.apps.state.conversations.SharedConversations` keeps them in PostgreSQL, with the same bounds, so a
-conversation continues on any process of the service and outlives restarts.
+"""The rewriting of a follow-up question into one that retrieval can answer on its own ("How many employees
+does it have?" -> "... Zentara Robotics"), from the conversation's remembered turns
+(`funnel.apps.state.conversations`).
 """
 
 from __future__ import annotations
@@ -14,21 +8,14 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-import threading
-from collections import OrderedDict, deque
-from dataclasses import dataclass
 
+from funnel.apps.state.conversations import Turn
 from funnel.generate.chat import ChatMessage, ChatModel
 from funnel.generate.llm import FALLBACK_ERRORS
 
 log = logging.getLogger("funnel.api")
 
-MAX_TURNS = 6
-MAX_CHARS = 4000
-MAX_CONVERSATIONS = 1000
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# Of an answer, only this much is remembered: enough for a rewrite to see what "it" was.
-ANSWER_CHARS = 600
 
 PRONOUNS = frozenset({
     "it", "its", "it's", "they", "them", "their", "theirs", "that", "this", "those", "these", "he", "him",
@@ -53,70 +40,8 @@ REWRITE_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class Turn:
-    question: str
-    search_query: str
-    answer: str
-
-    @property
-    def chars(self) -> int:
-        return len(self.question) + len(self.answer)
-
-
-def remembered(turn: Turn, max_chars: int) -> Turn:
-    """What is kept of a turn: the question up to `max_chars`, the answer up to ANSWER_CHARS, no NUL
-    characters (a PostgreSQL text cannot hold one; the in-process memory keeps what the database would)."""
-
-    def clean(text: str) -> str:
-        return text.replace("\x00", "")
-
-    return Turn(clean(turn.question)[:max_chars], clean(turn.search_query), clean(turn.answer)[:ANSWER_CHARS])
-
-
 def new_conversation_id() -> str:
     return secrets.token_urlsafe(12)
-
-
-class Conversations:
-    """Thread-safe LRU of conversations, each a bounded deque of turns."""
-
-    def __init__(
-        self,
-        max_conversations: int = MAX_CONVERSATIONS,
-        max_turns: int = MAX_TURNS,
-        max_chars: int = MAX_CHARS,
-    ):
-        self.max_conversations = max_conversations
-        self.max_turns = max_turns
-        self.max_chars = max_chars
-        self._lock = threading.Lock()
-        self._turns: OrderedDict[str, deque[Turn]] = OrderedDict()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._turns)
-
-    def history(self, conversation_id: str) -> tuple[Turn, ...]:
-        with self._lock:
-            turns = self._turns.get(conversation_id)
-            if turns is None:
-                return ()
-            self._turns.move_to_end(conversation_id)
-            return tuple(turns)
-
-    def add(self, conversation_id: str, turn: Turn) -> None:
-        turn = remembered(turn, self.max_chars)
-        with self._lock:
-            turns = self._turns.get(conversation_id)
-            if turns is None:
-                turns = self._turns[conversation_id] = deque(maxlen=self.max_turns)
-            self._turns.move_to_end(conversation_id)
-            turns.append(turn)
-            while len(turns) > 1 and sum(t.chars for t in turns) > self.max_chars:
-                turns.popleft()
-            while len(self._turns) > self.max_conversations:
-                self._turns.popitem(last=False)
 
 
 def _words(text: str) -> list[str]:

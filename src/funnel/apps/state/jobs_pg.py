@@ -1,4 +1,5 @@
-"""`Jobs` in the service database (`funnel.apps.state.jobs` says what a job queue promises).
+"""`Jobs` in the service database (`funnel.apps.state.jobs` says what a job queue promises), and
+`open_jobs`, which chooses it or the embedded queue.
 
 A claim is one statement: lapsed leases go back to the queue (or fail, out of attempts), then the oldest
 runnable job of a lane with nothing running is locked with `FOR UPDATE SKIP LOCKED` and marked running. A
@@ -13,7 +14,7 @@ import time
 from collections.abc import Collection, Mapping
 
 from funnel.apps.state.db import Database
-from funnel.apps.state.jobs import LEASE_S, MAX_ATTEMPTS, RETRY_AFTER_S, Job, JobState
+from funnel.apps.state.jobs import LEASE_S, MAX_ATTEMPTS, RETRY_AFTER_S, EmbeddedJobs, Job, Jobs, JobState
 from funnel.apps.state.tables import ComponentTables
 
 MIGRATIONS = [
@@ -34,13 +35,19 @@ KEEP_ENDED = "7 days"
 CLEAN_EVERY_S = 60.0
 
 
+def open_jobs(db: Database | None) -> Jobs:
+    """The service's job queue: in `db` when it has one (any process's workers take its jobs), else in this
+    process."""
+    return EmbeddedJobs() if db is None else PostgresJobs(db)
+
+
 def _job(row) -> Job:
     job_id, kind, lane, key, payload, attempts, state, error = row
     return Job(job_id, kind, lane, key, payload if isinstance(payload, dict) else json.loads(payload), attempts,
                JobState(state), error)
 
 
-class PgJobs:
+class PostgresJobs:
     durable = True
 
     def __init__(self, db: Database, max_attempts: int = MAX_ATTEMPTS):
