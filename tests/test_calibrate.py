@@ -98,13 +98,14 @@ def test_queries_are_taken_out_of_the_chunks_that_answer_them(corpus):
 def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     whole = SearchConfig(rerank_depth=SearchConfig().candidates)  # the reranker sees the whole window
-    result = calibrate(store, EMB, Oracle(corpus), whole, n_queries=40)
+    result = calibrate(Pipeline(store, EMB, Oracle(corpus), config=whole), n_queries=40)
     assert result.queries == 40 and set(result.mrr_by_kind) == {"title", "sentence"}
     assert result.policy is not RerankPolicy.NONE, result.reason
     assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
     assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
     # At a shallower depth it sees only the window's top: answers below it stay where the first stage put them.
-    shallow = calibrate(store, EMB, Oracle(corpus), SearchConfig(rerank_depth=3), n_queries=40)
+    shallow = calibrate(Pipeline(store, EMB, Oracle(corpus), config=SearchConfig(rerank_depth=3)),
+                        n_queries=40)
     assert shallow.window_recall == result.window_recall
     assert shallow.mrr["replace"] < result.mrr["replace"]
 
@@ -125,19 +126,20 @@ class SureAndWrong(Oracle):
 def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     # The mirror of the oracle scores every other candidate alike: never sure, so even gated it moves nothing.
-    result = calibrate(store, EMB, Oracle(corpus, invert=True), n_queries=40)
+    result = calibrate(Pipeline(store, EMB, Oracle(corpus, invert=True)), n_queries=40)
     assert result.policy is RerankPolicy.NONE and result.option == "first_stage"
     assert "did not help" in result.reason and "never sure enough" in result.reason
     assert result.mrr["replace"] < result.mrr[FIRST_STAGE.name]
     assert result.mrr[GATED.name] == result.mrr[FIRST_STAGE.name]
     # One that is sure and wrong is caught by the gated option's own test.
-    sure = calibrate(store, EMB, SureAndWrong(corpus), n_queries=40)
+    sure = calibrate(Pipeline(store, EMB, SureAndWrong(corpus)), n_queries=40)
     assert sure.policy is RerankPolicy.NONE and "even where it was sure it hurt" in sure.reason, sure.reason
     assert sure.mrr[GATED.name] < 0.5 * sure.mrr[FIRST_STAGE.name]
 
 
 def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure_of():
-    from funnel.calibrate import OPTIONS, _choose
+    from funnel.calibrate import OPTIONS
+    from funnel.calibrate.decide import choose
 
     rng = np.random.default_rng(5)
     first = rng.random(120)
@@ -145,7 +147,7 @@ def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure
     moved = np.where(rng.random(120) < 0.2, rng.choice([-0.1, 0.1], 120), 0.0)  # a few move, both ways
     rr[GATED.name] = list(first + moved)
     mrr = {name: float(np.mean(v)) for name, v in rr.items()}
-    chosen, reason, _ = _choose(rr, mrr, "120 test queries")
+    chosen, reason, _ = choose(rr, mrr, "120 test queries")
     assert chosen is GATED and "not shown to hurt" in reason
     c = Calibration(chosen.policy, chosen.weight, reason, "m", "e", 1, 10, gate=chosen.gate)
     assert c.option == "rrf:1|gate:0.2" and Calibration.from_json(json.loads(json.dumps(c.to_json()))) == c
@@ -155,7 +157,7 @@ def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure
 
 def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):
     tiny = _corpus(n_docs=3)
-    result = calibrate(_index(tmp_path, tiny, EMB), EMB, Oracle(tiny), n_queries=40)
+    result = calibrate(Pipeline(_index(tmp_path, tiny, EMB), EMB, Oracle(tiny)), n_queries=40)
     assert result.queries < MIN_QUERIES and result.policy is RerankPolicy.NONE
     assert result.reason.startswith("too small to calibrate")
 
@@ -235,7 +237,8 @@ def test_a_reranker_that_fails_stops_calibration_and_keeps_the_old_one(tmp_path,
     store = _index(tmp_path, corpus, EMB)
     Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)
     stored = store.read_calibration()
-    with pytest.raises(BackendUnavailable, match="calibration stopped: down failed .ConnectionError"):
+    stopped = "calibration stopped: down failed: ConnectionError: connection refused; the previous"
+    with pytest.raises(BackendUnavailable, match=stopped):
         Pipeline(store, EMB, Down()).calibrate(n_queries=40)
     assert store.read_calibration() == stored
 
@@ -297,7 +300,7 @@ def test_judged_queries_decide_and_are_measured_again_after_a_change(tmp_path, c
 @pytest.mark.slow
 def test_a_wrong_reranker_is_not_trusted_on_judged_queries_either(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    result = calibrate(store, EMB, Oracle(corpus, invert=True), judged=_judged(corpus, 30))
+    result = calibrate(Pipeline(store, EMB, Oracle(corpus, invert=True)), judged=_judged(corpus, 30))
     assert result.policy is RerankPolicy.NONE and "did not help on 30 judged queries" in result.reason
 
 
@@ -307,7 +310,7 @@ def test_judged_queries_name_documents_by_id_or_path_and_too_few_is_refused(tmp_
     judged = _judged(corpus, 12, by_path=True) + [Judged("q", ("nowhere.txt",))] * 15
     with pytest.raises(ConfigError, match=f"only 12 of 27 judged queries name a document in this index .at least "
                                           f"{MIN_QUERIES} needed"):
-        calibrate(store, EMB, Oracle(corpus), judged=judged)
+        calibrate(Pipeline(store, EMB, Oracle(corpus)), judged=judged)
     assert store.read_calibration() is None
 
 
@@ -320,28 +323,28 @@ def replace_path(c):
 def test_the_best_of_six_useless_options_is_rarely_trusted():
     # Six options that only add noise to the first stage's reciprocal ranks: picking the best of them and
     # testing it alone would trust one far more often than 5% of the time; the max-T test must not.
-    from funnel.calibrate import _best_of_p
+    from funnel.calibrate.decide import best_of_p
 
     rng = np.random.default_rng(7)
     single, family, trials = 0, 0, 300
     for _ in range(trials):
         diffs = rng.normal(0.0, 0.2, size=(80, 6)) * (rng.random((80, 6)) < 0.4)  # most queries unchanged
         best = int(np.argmax(diffs.mean(axis=0)))
-        single += _best_of_p(diffs[:, [best]], 0, rounds=400) < 0.05
-        family += _best_of_p(diffs, best, rounds=400) < 0.05
+        single += best_of_p(diffs[:, [best]], 0, rounds=400) < 0.05
+        family += best_of_p(diffs, best, rounds=400) < 0.05
     assert single / trials > 0.08  # the naive test's false trust: about 6 x 5% / 2 (one side)
     assert family / trials <= 0.05
 
     # A real gain is still found: one option that helps on most queries.
     diffs = rng.normal(0.0, 0.2, size=(80, 6)) * (rng.random((80, 6)) < 0.4)
     diffs[:, 2] = np.abs(diffs[:, 2]) + 0.02
-    assert _best_of_p(diffs, 2) < 0.01
+    assert best_of_p(diffs, 2) < 0.01
 
 
 def test_a_small_real_gain_is_not_drowned_by_an_option_that_moves_ranks_a_lot():
     # `replace` moves reciprocal ranks far more than rrf:0.25 does; the best-of-six test scales each option by
     # its own spread, else replace's swings would set the bar and hide a small, steady gain (measured: ADI).
-    from funnel.calibrate import _best_of_p
+    from funnel.calibrate.decide import best_of_p
 
     rng = np.random.default_rng(3)
     diffs = rng.normal(0.0, 0.05, size=(80, 6)) * (rng.random((80, 6)) < 0.3)
@@ -349,7 +352,7 @@ def test_a_small_real_gain_is_not_drowned_by_an_option_that_moves_ranks_a_lot():
                    + rng.normal(0.0, 0.3, 80) * (rng.random(80) < 0.2))  # replace-like: large moves, worse
     diffs[:, 1] = 0.06 * (rng.random(80) < 0.3) + rng.normal(0.0, 0.02, 80) * (rng.random(80) < 0.3)
     assert int(np.argmax(diffs.mean(axis=0))) == 1
-    assert _best_of_p(diffs, 1) < 0.01
+    assert best_of_p(diffs, 1) < 0.01
 
 
 class BlindEmbedder(HashingEmbedder):
@@ -382,7 +385,7 @@ def _topical(n_docs: int = 40, seed: int = 2) -> list:
 def test_the_first_stage_drops_a_blind_retriever_and_search_follows(tmp_path):
     blind = BlindEmbedder()
     store = _index(tmp_path, _topical(), blind)
-    result = calibrate(store, blind, None, n_queries=60)
+    result = calibrate(Pipeline(store, blind, None), n_queries=60)
     assert result.first_stage == "bm25" and result.policy is RerankPolicy.NONE
     assert result.first_stage_mrr["bm25"] > result.first_stage_mrr["hybrid"] + 0.05
     assert "p=" in result.first_stage_reason
@@ -397,7 +400,7 @@ def test_the_first_stage_drops_a_blind_retriever_and_search_follows(tmp_path):
 def test_a_first_stage_that_reads_well_keeps_the_hybrid(tmp_path):
     emb = HashingEmbedder(dim=256)
     store = _index(tmp_path, _topical(), emb)
-    result = calibrate(store, emb, None, n_queries=60)
+    result = calibrate(Pipeline(store, emb, None), n_queries=60)
     assert result.first_stage != "dense"  # dense is the weaker one here: never chosen alone
     assert set(result.first_stage_mrr) == {"hybrid", "bm25", "dense", "hybrid:bm25x2", "hybrid:densex2"}
 
@@ -407,13 +410,48 @@ def test_one_sentence_records_give_test_queries(tmp_path):
     records = [chunk(f"r{i:03d}", 0, " ".join(rng.choices(WORDS, k=12)).capitalize() + ".") for i in range(60)]
     emb = HashingEmbedder(dim=64)
     store = _index(tmp_path, records, emb)
-    result = calibrate(store, emb, None, n_queries=40)
+    result = calibrate(Pipeline(store, emb, None), n_queries=40)
     assert result.queries >= MIN_QUERIES and "too small" not in result.reason
 
 
 def test_korean_sentences_are_split_and_counted_as_words():
     text = "서울에서 열린 회의는 세 시에 끝났습니다. 다음 회의는 부산에서 열릴 예정입니다. 東京では会議があります。次は大阪です。"
-    from funnel.calibrate import _units
+    from funnel.calibrate.queries import _units
 
     assert _units(text) == ["서울에서 열린 회의는 세 시에 끝났습니다.", "다음 회의는 부산에서 열릴 예정입니다.",
                             "東京では会議があります。", "次は大阪です。"]
+
+
+def _runtime_imports(path) -> set[str]:
+    """Every module a file imports when it runs: function-level imports included, `if TYPE_CHECKING:` left out."""
+    import ast
+
+    names: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return names
+
+
+def test_calibration_gets_the_pipeline_from_its_caller_and_never_imports_it():
+    from pathlib import Path
+
+    import funnel.calibrate
+
+    package = Path(funnel.calibrate.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert len(modules) > 5
+    offenders = {p.name: sorted(n for n in _runtime_imports(p) if n.startswith("funnel.pipeline")) for p in modules}
+    assert {name: found for name, found in offenders.items() if found} == {}
+    assert "funnel.calibrate" in _runtime_imports(package.parent / "pipeline.py")  # one direction only

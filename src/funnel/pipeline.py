@@ -135,13 +135,15 @@ class Pipeline:
         queries made from the documents."""
         if judged is None and not generated:
             judged = self._stored_judged()
-        result = calibrate(
-            self.store, self.embedder, self.reranker, self.config, n_queries=n_queries or DEFAULT_QUERIES,
-            judged=judged, progress=progress,
-        )
+        result = calibrate(self, n_queries=n_queries or DEFAULT_QUERIES, judged=judged, progress=progress)
         self.store.write_calibration(result.to_json())
         self._calibration = None
         return result
+
+    def over(self, store: Store) -> Pipeline:
+        """This pipeline's models and search config over another store (calibration searches a small copy of
+        the index with it)."""
+        return Pipeline(store, self.embedder, self.reranker, self.generator, self.config)
 
     def _stored_judged(self) -> list[Judged] | None:
         """The judged queries of the stored calibration; None when it was made from generated queries, or
