@@ -127,7 +127,7 @@ async def _lifespan(app: FastAPI):
         yield
     finally:
         await run_in_threadpool(state.watched.close)  # a running sync is cancelled and rolls back
-        # Queued uploads stay "queued" in their registry and resume at the next start.
+        # Queued uploads stay "queued" in their collection's documents and resume at the next start.
         await run_in_threadpool(state.metrics.close)  # the last buffered counts, while the database is open
         await run_in_threadpool(state.library.close)
         owned = [state.reranker, state.chat]

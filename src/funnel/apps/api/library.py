@@ -26,7 +26,9 @@ from funnel.apps.state.jobs_pg import open_jobs
 from funnel.embed.base import Embedder
 from funnel.errors import ConfigError, NotFound
 
-__all__ = ["Collection", "LazyEmbedder", "Library", "Services", "calibration_summary", "check_name", "one_line"]
+__all__ = [
+    "Collection", "LazyEmbedder", "Library", "Services", "calibration_summary", "check_name", "one_line",
+]
 
 DEFAULT_COLLECTION = "default"
 KINDS = (INGEST, DROP, CALIBRATE, SYNC)
@@ -59,8 +61,8 @@ class Library:
         self.home = home
         self.services = services
         self.jobs = jobs if jobs is not None else EmbeddedJobs()
-        self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run), f"{socket.gethostname()}-{os.getpid()}",
-                               threads=workers, lease_s=lease_s)
+        self.workers = Workers(self.jobs, dict.fromkeys(KINDS, self._run),
+                               f"{socket.gethostname()}-{os.getpid()}", threads=workers, lease_s=lease_s)
         self.queue = Queue(self.jobs, self.workers.wake, self.workers.stop_running)
         self._open: dict[str, Collection] = {}
         self._deleting: dict[str, threading.Thread] = {}  # collections whose data is being removed

@@ -23,7 +23,7 @@ import builtins
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -90,8 +90,69 @@ class Incidents(Protocol):
     def count_since(self, fingerprint: str, seconds: float) -> int: ...
 
 
-class EmbeddedIncidents:
+class _Queries:
+    """What both stores run alike: `incident_rows`' queries on `_table`, with the driver's parameter `_mark`,
+    over a `_connection()`; `_arg` is what a text argument becomes on its way in."""
+
+    _table: str
+    _mark: str
+    _clock: Callable[[], float]
+
+    def _connection(self) -> AbstractContextManager:
+        raise NotImplementedError
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def _arg(value):
+        return value
+
+    def update(self, incident_id: int, change: IncidentChange) -> None:
+        sql, args = rows.update_query(self._table, self._mark, incident_id, change)
+        with self._connection() as conn:
+            if conn.execute(sql, [self._arg(arg) for arg in args]).rowcount == 0:
+                raise StoreError(f"{self._label()}: no incident {incident_id}")
+
+    def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
+        """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
+        self.update(incident_id, rows.delivery_change(delivery))
+
+    def interrupt(self, detail: str) -> int:
+        sql, args = rows.interrupt_query(self._table, self._mark, self._arg(detail))
+        with self._connection() as conn:
+            return conn.execute(sql, args).rowcount
+
+    def list(
+        self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
+    ) -> builtins.list[Incident]:
+        """The newest incidents first, at most `limit` (capped at 1000), optionally of one service or
+        fingerprint."""
+        sql, args = rows.list_query(
+            self._table, self._mark, limit, self._arg(service), self._arg(fingerprint)
+        )
+        with self._connection() as conn:
+            return [Incident(*row) for row in conn.execute(sql, args)]
+
+    def get(self, incident_id: int) -> Incident | None:
+        with self._connection() as conn:
+            sql = f"SELECT {rows.COLUMNS} FROM {self._table} WHERE id = {self._mark}"
+            row = conn.execute(sql, [incident_id]).fetchone()
+        return Incident(*row) if row else None
+
+    def count_since(self, fingerprint: str, seconds: float) -> int:
+        """How many incidents with `fingerprint` were recorded in the last `seconds` (by any process)."""
+        since = self._clock() - seconds
+        with self._connection() as conn:
+            sql = f"SELECT count(*) FROM {self._table} WHERE fingerprint = {self._mark} AND created_ts >= "
+            row = conn.execute(sql + self._mark, [self._arg(fingerprint), since]).fetchone()
+        return int(row[0])
+
+
+class EmbeddedIncidents(_Queries):
     """Incidents in the SQLite file at `path` (its folder is created). `clock` gives Unix seconds."""
+
+    _table, _mark = "incidents", "?"
 
     def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time):
         self.path = Path(path)
@@ -105,60 +166,21 @@ class EmbeddedIncidents:
     def __repr__(self) -> str:
         return f"EmbeddedIncidents({str(self.path)!r})"
 
-    # --- writing -----------------------------------------------------------------------------------------
-
     def record(self, report: ErrorReport, result: TriageResult, steps: TriageSteps | None = None) -> int:
         """Stores the redacted, size-bounded report and result; returns the new incident's id."""
         row = rows.incident_row(report, result, self._clock(), steps)
-        with self._connect() as con:
+        with self._connection() as con:
             marks = ", ".join("?" * len(row))
             cursor = con.execute(f"INSERT INTO incidents ({rows.INSERT_COLUMNS}) VALUES ({marks})", row)
             return int(cursor.lastrowid)
 
-    def update(self, incident_id: int, change: IncidentChange) -> None:
-        sql, args = rows.update_query("incidents", "?", incident_id, change)
-        with self._connect() as con:
-            if con.execute(sql, args).rowcount == 0:
-                raise StoreError(f"{self.path}: no incident {incident_id}")
-
-    def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
-        """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
-        self.update(incident_id, rows.delivery_change(delivery))
-
-    def interrupt(self, detail: str) -> int:
-        with self._connect() as con:
-            return con.execute(*rows.interrupt_query("incidents", "?", detail)).rowcount
-
-    # --- reading -----------------------------------------------------------------------------------------
-
-    def list(
-        self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
-    ) -> builtins.list[Incident]:
-        """The newest incidents first, at most `limit` (capped at 1000), optionally of one service or
-        fingerprint."""
-        sql, args = rows.list_query("incidents", "?", limit, service, fingerprint)
-        with self._connect() as con:
-            return [Incident(*row) for row in con.execute(sql, args)]
-
-    def get(self, incident_id: int) -> Incident | None:
-        with self._connect() as con:
-            row = con.execute(f"SELECT {rows.COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
-        return Incident(*row) if row else None
-
-    def count_since(self, fingerprint: str, seconds: float) -> int:
-        """How many incidents with `fingerprint` were recorded in the last `seconds`."""
-        since = self._clock() - seconds
-        with self._connect() as con:
-            row = con.execute(
-                "SELECT COUNT(*) FROM incidents WHERE fingerprint = ? AND created_ts >= ?",
-                (fingerprint, since),
-            ).fetchone()
-        return int(row[0])
+    def _label(self) -> str:
+        return str(self.path)
 
     # --- the file ----------------------------------------------------------------------------------------
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self) -> Iterator[sqlite3.Connection]:
         """A short-lived autocommit connection; every sqlite3 error becomes a one-line `StoreError`."""
         try:
             with closing(sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)) as con:
@@ -170,7 +192,7 @@ class EmbeddedIncidents:
             raise StoreError(f"{self.path}: {e}") from None
 
     def _open(self) -> None:
-        with self._connect() as con:
+        with self._connection() as con:
             con.execute("PRAGMA journal_mode = WAL")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -204,10 +226,12 @@ class EmbeddedIncidents:
             raise
 
 
-class PostgresIncidents:
+class PostgresIncidents(_Queries):
     """Incidents in the service database `db`. Cheap to build: the tables are created on first use (or by
     `warm_up`), so a server starts while the database is down; then every call is a `DatabaseUnavailable`
     (a StoreError, HTTP 503) until it is back. `clock` gives Unix seconds."""
+
+    _table, _mark = "funnel_incidents", "%s"
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
         self._tables = ComponentTables(db, COMPONENT, STEPS)
@@ -227,45 +251,15 @@ class PostgresIncidents:
             sql = f"INSERT INTO funnel_incidents ({rows.INSERT_COLUMNS}) VALUES ({marks}) RETURNING id"
             return int(conn.execute(sql, row).fetchone()[0])
 
-    def update(self, incident_id: int, change: IncidentChange) -> None:
-        sql, args = rows.update_query("funnel_incidents", "%s", incident_id, change)
-        with self._tables.connection() as conn:
-            if conn.execute(sql, [_text(arg) for arg in args]).rowcount == 0:
-                raise StoreError(f"{self._tables.db.label}: no incident {incident_id}")
+    def _label(self) -> str:
+        return self._tables.db.label
 
-    def set_delivery(self, incident_id: int, delivery: Delivery) -> None:
-        """Records what became of the incident's Slack message; an unknown id is a `StoreError`."""
-        self.update(incident_id, rows.delivery_change(delivery))
+    def _connection(self) -> AbstractContextManager:
+        return self._tables.connection()
 
-    def interrupt(self, detail: str) -> int:
-        sql, args = rows.interrupt_query("funnel_incidents", "%s", _text(detail))
-        with self._tables.connection() as conn:
-            return conn.execute(sql, args).rowcount
-
-    def list(
-        self, limit: int = 50, service: str | None = None, fingerprint: str | None = None
-    ) -> builtins.list[Incident]:
-        """The newest incidents first, at most `limit` (capped at 1000), optionally of one service or
-        fingerprint."""
-        sql, args = rows.list_query("funnel_incidents", "%s", limit, _text(service), _text(fingerprint))
-        with self._tables.connection() as conn:
-            return [Incident(*row) for row in conn.execute(sql, args)]
-
-    def get(self, incident_id: int) -> Incident | None:
-        with self._tables.connection() as conn:
-            sql = f"SELECT {rows.COLUMNS} FROM funnel_incidents WHERE id = %s"
-            row = conn.execute(sql, [incident_id]).fetchone()
-        return Incident(*row) if row else None
-
-    def count_since(self, fingerprint: str, seconds: float) -> int:
-        """How many incidents with `fingerprint` were recorded in the last `seconds`, by any process."""
-        since = self._clock() - seconds
-        with self._tables.connection() as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM funnel_incidents WHERE fingerprint = %s AND created_ts >= %s",
-                [_text(fingerprint), since],
-            ).fetchone()
-        return int(row[0])
+    @staticmethod
+    def _arg(value):
+        return _text(value)
 
 
 def _text(value):

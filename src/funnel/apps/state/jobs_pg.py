@@ -43,8 +43,8 @@ def open_jobs(db: Database | None) -> Jobs:
 
 def _job(row) -> Job:
     job_id, kind, lane, key, payload, attempts, state, error = row
-    return Job(job_id, kind, lane, key, payload if isinstance(payload, dict) else json.loads(payload), attempts,
-               JobState(state), error)
+    payload = payload if isinstance(payload, dict) else json.loads(payload)
+    return Job(job_id, kind, lane, key, payload, attempts, JobState(state), error)
 
 
 class PostgresJobs:
@@ -56,12 +56,14 @@ class PostgresJobs:
         self.tables = ComponentTables(db, "jobs", MIGRATIONS)
         self._cleaned = float("-inf")
 
-    def put(self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False) -> int:
+    def put(
+        self, kind: str, lane: str, key: str, payload: Mapping | None = None, unique: bool = False
+    ) -> int:
         with self.tables.transaction() as conn:
             if unique:
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"{kind}:{key}"])
-                row = conn.execute("SELECT id FROM funnel_jobs WHERE kind = %s AND key = %s AND state = 'queued'",
-                                   [kind, key]).fetchone()
+                row = conn.execute("SELECT id FROM funnel_jobs WHERE kind = %s AND key = %s "
+                                   "AND state = 'queued'", [kind, key]).fetchone()
                 if row:
                     return row[0]
             return conn.execute(
@@ -88,10 +90,12 @@ class PostgresJobs:
     def _expire(self) -> None:
         with self.tables.transaction() as conn:
             conn.execute(
-                "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' WHEN attempts < %s THEN "
-                "'queued' ELSE 'failed' END, error = 'its worker stopped without finishing it', worker = NULL, "
-                "lease_until = NULL, run_after = now() + make_interval(secs => %s * attempts), updated = now() "
-                "WHERE state = 'running' AND lease_until < now()", [self.max_attempts, RETRY_AFTER_S])
+                "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' WHEN attempts < %s "
+                "THEN 'queued' ELSE 'failed' END, error = 'its worker stopped without finishing it', "
+                "worker = NULL, lease_until = NULL, "
+                "run_after = now() + make_interval(secs => %s * attempts), updated = now() "
+                "WHERE state = 'running' AND lease_until < now()",
+                [self.max_attempts, RETRY_AFTER_S])
             if time.monotonic() - self._cleaned > CLEAN_EVERY_S:  # not at every poll: a scan of the table
                 self._cleaned = time.monotonic()
                 conn.execute(f"DELETE FROM funnel_jobs WHERE state IN ('done', 'cancelled', 'failed') "
@@ -108,8 +112,9 @@ class PostgresJobs:
     def finish(self, job_id: int, worker: str) -> None:
         with self.tables.connection() as conn:
             conn.execute(
-                "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'done' END, worker = NULL, "
-                "lease_until = NULL, updated = now() WHERE id = %s AND worker = %s AND state = 'running'",
+                "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'done' END, "
+                "worker = NULL, lease_until = NULL, updated = now() "
+                "WHERE id = %s AND worker = %s AND state = 'running'",
                 [job_id, worker])
 
     def fail(self, job_id: int, worker: str, error: str, retry: bool = True) -> JobState:
@@ -126,8 +131,8 @@ class PostgresJobs:
         with self.tables.connection() as conn:
             conn.execute(
                 "UPDATE funnel_jobs SET state = CASE WHEN cancel THEN 'cancelled' ELSE 'queued' END, "
-                "attempts = attempts - 1, worker = NULL, lease_until = NULL, run_after = now(), updated = now() "
-                "WHERE id = %s AND worker = %s AND state = 'running'", [job_id, worker])
+                "attempts = attempts - 1, worker = NULL, lease_until = NULL, run_after = now(), "
+                "updated = now() WHERE id = %s AND worker = %s AND state = 'running'", [job_id, worker])
 
     def active(self, key: str) -> bool:
         with self.tables.connection() as conn:
@@ -149,16 +154,16 @@ class PostgresJobs:
 
     def waiting(self, lane: str, kind: str) -> list[str]:
         with self.tables.connection() as conn:
-            rows = conn.execute("SELECT key FROM funnel_jobs WHERE lane = %s AND kind = %s AND state = 'queued' "
-                                "ORDER BY id", [lane, kind]).fetchall()
+            rows = conn.execute("SELECT key FROM funnel_jobs WHERE lane = %s AND kind = %s "
+                                "AND state = 'queued' ORDER BY id", [lane, kind]).fetchall()
         return [r[0] for r in rows]
 
     def busy(self, lane: str, kinds: Collection[str] | None = None) -> int:
+        chosen = None if kinds is None else list(kinds)
         with self.tables.connection() as conn:
             return conn.execute("SELECT count(*) FROM funnel_jobs WHERE lane = %s AND state IN ('queued', "
                                 "'running') AND (%s::text[] IS NULL OR kind = ANY(%s::text[]))",
-                                [lane, None if kinds is None else list(kinds), None if kinds is None else list(kinds)]
-                                ).fetchone()[0]
+                                [lane, chosen, chosen]).fetchone()[0]
 
     def get(self, job_id: int) -> Job | None:
         with self.tables.connection() as conn:
@@ -174,7 +179,8 @@ UPDATE funnel_jobs SET state = 'running', attempts = attempts + 1, worker = %(wo
        lease_until = now() + make_interval(secs => %(lease)s), updated = now()
 WHERE id = (
     SELECT id FROM funnel_jobs j
-    WHERE state = 'queued' AND kind = ANY(%(kinds)s::text[]) AND run_after <= now() AND NOT (lane = ANY(%(skip)s::text[]))
+    WHERE state = 'queued' AND kind = ANY(%(kinds)s::text[]) AND run_after <= now()
+      AND NOT (lane = ANY(%(skip)s::text[]))
       AND NOT EXISTS (SELECT 1 FROM funnel_jobs r WHERE r.lane = j.lane AND r.state = 'running')
     ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING {_COLUMNS}"""
