@@ -23,7 +23,8 @@ from ranx import Qrels, Run, evaluate
 from funnel.embed import load_embedder
 from funnel.eval.beir import load_beir, load_corpus, split_dir
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
 
@@ -49,10 +50,10 @@ def main() -> None:
         shutil.rmtree(index_dir, ignore_errors=True)
     embedder = load_embedder(args.embedder)
     # Candidates and k large enough that recall@100 is measured over 100 distinct documents.
-    config = SearchConfig(
+    config = EngineConfig.of(
         k=100, candidates=300, policy=RerankPolicy.NONE, first_stage=FirstStageConfig(per_retriever=300)
     )
-    pipeline = Pipeline(LanceStore(index_dir), embedder, config=config)
+    pipeline = Pipeline.build(config, store=LanceStore(index_dir), embedder=embedder, reranker=None)
 
     report = pipeline.indexer.ingest_documents(load_corpus(split_dir(args.dataset, args.split)))
     info = pipeline.store.info()

@@ -26,7 +26,8 @@ import numpy as np
 from funnel.embed.onnx import OnnxEmbedder
 from funnel.eval.beir import load_beir, load_corpus, split_dir
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
 from funnel.rerank.policies import RerankPolicy
 
@@ -101,8 +102,8 @@ def main() -> None:
     reranker = OnnxCrossEncoder.builtin()
     embedder.warm_up()
     reranker.warm_up()
-    config = SearchConfig(k=10, candidates=args.candidates, policy=RerankPolicy.RRF)
-    pipeline = Pipeline(LanceStore(args.out / "scifact-minilm"), embedder, reranker, config=config)
+    config = EngineConfig.of(k=10, candidates=args.candidates, policy=RerankPolicy.RRF)
+    pipeline = Pipeline.build(config, store=LanceStore(args.out / "scifact-minilm"), embedder=embedder, reranker=reranker)
     pipeline.indexer.ingest_documents(load_corpus(split_dir(args.dataset, args.split)))
     queries = list(load_beir(args.dataset, args.split).queries.items())[: args.limit]
 

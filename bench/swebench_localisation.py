@@ -32,7 +32,8 @@ from funnel.apps.triage.locate import FileLocator, LocateConfig
 from funnel.apps.triage.stacktrace import parse_trace
 from funnel.embed import load_embedder
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 
 DATASET = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "swe-bench-lite"
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     embedder = load_embedder(args.embedder)
     reranker = build_reranker(args.reranker)
-    config = SearchConfig(k=DEPTH, candidates=50, policy=RerankPolicy.GUARANTEED_SLOTS)
+    config = EngineConfig.of(k=DEPTH, candidates=50, policy=RerankPolicy.GUARANTEED_SLOTS)
     ranks: dict[str, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
     per_instance = []
     timings: dict[str, list[float]] = defaultdict(list)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for corpus_dir, members in sorted(by_corpus.items()):
         corpus = Path(corpus_dir)
         index_dir = args.cache / "index" / f"{corpus.name}-{args.embedder}"
-        plain = Pipeline(LanceStore(index_dir), embedder, config=config)
+        plain = Pipeline.build(config, store=LanceStore(index_dir), embedder=embedder, reranker=None)
         started = time.perf_counter()
         ingested = plain.ingest([corpus])
         info = plain.store.info()
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{corpus.name}: {ingest_log[-1]}", file=sys.stderr, flush=True)
         if args.max_chunks and info and info.chunks > args.max_chunks:
             continue
-        reranked = Pipeline(plain.store, embedder, reranker=reranker, config=config)
+        reranked = Pipeline.build(config, store=plain.store, embedder=embedder, reranker=reranker)
         locate_config = LocateConfig(k=DEPTH, candidates=config.candidates)
         locator = FileLocator(reranked, locate_config, repo_root=corpus)
         plain_locator = FileLocator(plain, locate_config, repo_root=corpus)

@@ -23,7 +23,8 @@ import numpy as np
 
 from funnel.embed import load_embedder
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 from funnel.types import Chunk
 
@@ -70,7 +71,7 @@ def main() -> None:
     build_s = time.perf_counter() - started
     disk_mb = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file()) / 2**20
 
-    pipeline = Pipeline(store, embedder, config=SearchConfig(k=10, candidates=25, policy=RerankPolicy.NONE))
+    pipeline = Pipeline.build(EngineConfig.of(k=10, candidates=25, policy=RerankPolicy.NONE), store=store, embedder=embedder, reranker=None)
     with open(args.dataset / "queries.jsonl", encoding="utf-8") as fh:
         queries = [json.loads(line)["text"] for line in fh][: args.queries]
     for q in queries[:5]:

@@ -131,10 +131,10 @@ def ingest_recording_progress(tmp_path: Path, path: Path, seconds: float = 120) 
     from funnel.apps.api.uploads import Upload
     from funnel.embed import HashingEmbedder
     from funnel.generate.extractive import ExtractiveGenerator
-    from funnel.pipeline import SearchConfig
+    from funnel.engine_config import EngineConfig
 
     embedder = HashingEmbedder()
-    services = Services(embedder, None, ExtractiveGenerator(embedder), SearchConfig(), None, 50 * 2**20)
+    services = Services(embedder, None, ExtractiveGenerator(embedder), EngineConfig(), 50 * 2**20)
     library = Library(EmbeddedHome(tmp_path), services)
     collection = library.create("c")
     seen = []

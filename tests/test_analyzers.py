@@ -88,9 +88,9 @@ def test_an_index_made_before_analyzers_opens_and_searches_as_before(tmp_path):
     assert reopened.search_lexical("서울에서", 1)[0].chunk.doc_id == "k"
     from funnel.pipeline import Pipeline
 
-    notes = Pipeline(reopened, EMB, None).search("서울 회의").notes
+    notes = Pipeline.build(store=reopened, embedder=EMB, reranker=None).search("서울 회의").notes
     assert any("ingest into a new index to re-analyze" in n for n in notes)
-    assert not Pipeline(reopened, EMB, None).search("meeting").notes
+    assert not Pipeline.build(store=reopened, embedder=EMB, reranker=None).search("meeting").notes
 
 
 def test_settings_refuse_an_unknown_analyzer_in_one_line():

@@ -76,7 +76,7 @@ def test_a_lead_in_to_sub_sections_is_answered_with_their_headings(tmp_path):
                   ["Command Line Flags", "Environment Variables", "npmrc Files", "Default Configs"])
         + "### Shorthands\n\nThe following shorthands are parsed on the command line.\n"
     )
-    pipeline = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=64))
+    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(dim=64), reranker=None)
     pipeline.ingest([docs])
     answer = pipeline.ask("npm configuration values sources sorted by priority")
     assert ("sorted by priority: - Command Line Flags - Environment Variables - npmrc Files - Default Configs"

@@ -123,7 +123,7 @@ def test_a_request_error_on_the_replica_is_the_users_and_does_not_mark_the_repli
     from funnel.pipeline import Pipeline
 
     (tmp_path / "note.txt").write_text("The harbour pilot answers the radio at night.")
-    pipeline = Pipeline(LanceStore(tmp_path / "index"), load_embedder("hashing"))
+    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=load_embedder("hashing"), reranker=None)
     pipeline.ingest([tmp_path / "note.txt"])
     reads = replica_module.ReplicaReads(pipeline.store)  # any Store stands for the replica's copy here
 
@@ -132,7 +132,7 @@ def test_a_request_error_on_the_replica_is_the_users_and_does_not_mark_the_repli
 
     with pytest.raises(ConfigError, match="the query is empty"):
         reads.search(refused, 1)
-    result, why = reads.search(lambda store: Pipeline(store, load_embedder("hashing")).search("harbour pilot"), 1)
+    result, why = reads.search(lambda store: Pipeline.build(store=store, embedder=load_embedder("hashing"), reranker=None).search("harbour pilot"), 1)
     assert why == "" and result.documents and result.notes == ()  # not skipped as "failed recently"
 
 

@@ -14,7 +14,8 @@ from funnel.calibrate import (
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig, GroupingConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 from funnel.types import RerankResult, RerankStatus
 
@@ -97,15 +98,15 @@ def test_queries_are_taken_out_of_the_chunks_that_answer_them(corpus):
 @pytest.mark.slow
 def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    whole = SearchConfig(rerank_depth=SearchConfig().candidates)  # the reranker sees the whole window
-    result = calibrate(Pipeline(store, EMB, Oracle(corpus), config=whole), n_queries=40)
+    whole = EngineConfig.of(rerank_depth=GroupingConfig.candidates)  # the reranker sees the whole window
+    result = calibrate(Pipeline.build(whole, store=store, embedder=EMB, reranker=Oracle(corpus)), n_queries=40)
     assert result.queries == 40 and set(result.mrr_by_kind) == {"title", "sentence"}
     assert result.policy is not RerankPolicy.NONE, result.reason
     assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
     assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
     # At a shallower depth it sees only the window's top: answers below it stay where the first stage put them.
-    shallow = calibrate(Pipeline(store, EMB, Oracle(corpus), config=SearchConfig(rerank_depth=3)),
-                        n_queries=40)
+    shallow = calibrate(Pipeline.build(EngineConfig.of(rerank_depth=3), store=store, embedder=EMB,
+                                       reranker=Oracle(corpus)), n_queries=40)
     assert shallow.window_recall == result.window_recall
     assert shallow.mrr["replace"] < result.mrr["replace"]
 
@@ -126,13 +127,13 @@ class SureAndWrong(Oracle):
 def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     # The mirror of the oracle scores every other candidate alike: never sure, so even gated it moves nothing.
-    result = calibrate(Pipeline(store, EMB, Oracle(corpus, invert=True)), n_queries=40)
+    result = calibrate(Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus, invert=True)), n_queries=40)
     assert result.policy is RerankPolicy.NONE and result.option == "first_stage"
     assert "did not help" in result.reason and "never sure enough" in result.reason
     assert result.mrr["replace"] < result.mrr[FIRST_STAGE.name]
     assert result.mrr[GATED.name] == result.mrr[FIRST_STAGE.name]
     # One that is sure and wrong is caught by the gated option's own test.
-    sure = calibrate(Pipeline(store, EMB, SureAndWrong(corpus)), n_queries=40)
+    sure = calibrate(Pipeline.build(store=store, embedder=EMB, reranker=SureAndWrong(corpus)), n_queries=40)
     assert sure.policy is RerankPolicy.NONE and "even where it was sure it hurt" in sure.reason, sure.reason
     assert sure.mrr[GATED.name] < 0.5 * sure.mrr[FIRST_STAGE.name]
 
@@ -157,7 +158,7 @@ def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure
 
 def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):
     tiny = _corpus(n_docs=3)
-    result = calibrate(Pipeline(_index(tmp_path, tiny, EMB), EMB, Oracle(tiny)), n_queries=40)
+    result = calibrate(Pipeline.build(store=_index(tmp_path, tiny, EMB), embedder=EMB, reranker=Oracle(tiny)), n_queries=40)
     assert result.queries < MIN_QUERIES and result.policy is RerankPolicy.NONE
     assert result.reason.startswith("too small to calibrate")
 
@@ -166,7 +167,7 @@ def test_a_tiny_corpus_keeps_the_first_stage_and_says_why(tmp_path):
 def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
     oracle = Oracle(corpus)
-    pipeline = Pipeline(store, EMB, oracle, config=SearchConfig(k=3))
+    pipeline = Pipeline.build(EngineConfig.of(k=3), store=store, embedder=EMB, reranker=oracle)
     query = corpus[5].text.split("\n")[1].split(".")[0]
 
     before = pipeline.search(query)  # never calibrated: first-stage order, the reranker not run
@@ -182,7 +183,7 @@ def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
     explicit = pipeline.search(query, policy="none")  # a user's explicit policy wins
     assert explicit.policy == "none" and explicit.rerank_status is RerankStatus.SKIPPED
 
-    other = Pipeline(store, EMB, Oracle(corpus, invert=True) , config=SearchConfig(k=3))
+    other = Pipeline.build(EngineConfig.of(k=3), store=store, embedder=EMB, reranker=Oracle(corpus, invert=True))
     other.reranker.name = "another-model"
     refused = other.search(query)  # calibrated with another reranker: not silently reused
     assert refused.rerank_status is RerankStatus.SKIPPED and refused.policy == "auto: first_stage"
@@ -193,10 +194,10 @@ def test_the_auto_policy_follows_the_stored_calibration(tmp_path, corpus):
 @pytest.mark.slow
 def test_an_interrupted_calibration_keeps_the_previous_one(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    first = Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)
+    first = Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus)).calibrate(n_queries=40)
     stored = store.read_calibration()
     with pytest.raises(KeyboardInterrupt):
-        Pipeline(store, EMB, Interrupting(corpus)).calibrate(n_queries=40)
+        Pipeline.build(store=store, embedder=EMB, reranker=Interrupting(corpus)).calibrate(n_queries=40)
     assert store.read_calibration() == stored and Calibration.from_json(stored).option == first.option
     assert store.info().chunks == len(corpus)
 
@@ -206,7 +207,7 @@ def test_a_damaged_calibration_is_one_line_and_searches_go_on(tmp_path, corpus):
     (tmp_path / "index" / "funnel_calibration.json").write_text("{not json")
     with pytest.raises(StoreError, match="unreadable calibration"):
         store.read_calibration()
-    result = Pipeline(store, EMB, Oracle(corpus)).search("alpha beta")
+    result = Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus)).search("alpha beta")
     assert result.rerank_status is RerankStatus.SKIPPED and "unreadable calibration" in result.rerank_reason
     (tmp_path / "index" / "funnel_calibration.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(StoreError, match="unknown format"):
@@ -235,11 +236,11 @@ def test_a_reranker_that_fails_stops_calibration_and_keeps_the_old_one(tmp_path,
     from funnel.errors import BackendUnavailable
 
     store = _index(tmp_path, corpus, EMB)
-    Pipeline(store, EMB, Oracle(corpus)).calibrate(n_queries=40)
+    Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus)).calibrate(n_queries=40)
     stored = store.read_calibration()
     stopped = "calibration stopped: down failed: ConnectionError: connection refused; the previous"
     with pytest.raises(BackendUnavailable, match=stopped):
-        Pipeline(store, EMB, Down()).calibrate(n_queries=40)
+        Pipeline.build(store=store, embedder=EMB, reranker=Down()).calibrate(n_queries=40)
     assert store.read_calibration() == stored
 
 
@@ -280,7 +281,7 @@ def test_judged_queries_are_read_from_json_lines_with_one_line_errors(tmp_path):
 @pytest.mark.slow
 def test_judged_queries_decide_and_are_measured_again_after_a_change(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    pipeline = Pipeline(store, EMB, Oracle(corpus), config=SearchConfig(rerank_depth=SearchConfig().candidates))
+    pipeline = Pipeline.build(EngineConfig.of(rerank_depth=GroupingConfig.candidates), store=store, embedder=EMB, reranker=Oracle(corpus))
     judged = _judged(corpus, 30)
     result = pipeline.calibrate(judged=judged)
     assert result.source == "judged" and result.queries == 30 and set(result.mrr_by_kind) == {"judged"}
@@ -300,7 +301,7 @@ def test_judged_queries_decide_and_are_measured_again_after_a_change(tmp_path, c
 @pytest.mark.slow
 def test_a_wrong_reranker_is_not_trusted_on_judged_queries_either(tmp_path, corpus):
     store = _index(tmp_path, corpus, EMB)
-    result = calibrate(Pipeline(store, EMB, Oracle(corpus, invert=True)), judged=_judged(corpus, 30))
+    result = calibrate(Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus, invert=True)), judged=_judged(corpus, 30))
     assert result.policy is RerankPolicy.NONE and "did not help on 30 judged queries" in result.reason
 
 
@@ -310,7 +311,7 @@ def test_judged_queries_name_documents_by_id_or_path_and_too_few_is_refused(tmp_
     judged = _judged(corpus, 12, by_path=True) + [Judged("q", ("nowhere.txt",))] * 15
     with pytest.raises(ConfigError, match=f"only 12 of 27 judged queries name a document in this index .at least "
                                           f"{MIN_QUERIES} needed"):
-        calibrate(Pipeline(store, EMB, Oracle(corpus)), judged=judged)
+        calibrate(Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus)), judged=judged)
     assert store.read_calibration() is None
 
 
@@ -385,22 +386,22 @@ def _topical(n_docs: int = 40, seed: int = 2) -> list:
 def test_the_first_stage_drops_a_blind_retriever_and_search_follows(tmp_path):
     blind = BlindEmbedder()
     store = _index(tmp_path, _topical(), blind)
-    result = calibrate(Pipeline(store, blind, None), n_queries=60)
+    result = calibrate(Pipeline.build(store=store, embedder=blind, reranker=None), n_queries=60)
     assert result.first_stage == "bm25" and result.policy is RerankPolicy.NONE
     assert result.first_stage_mrr["bm25"] > result.first_stage_mrr["hybrid"] + 0.05
     assert "p=" in result.first_stage_reason
     store.write_calibration(result.to_json())
-    pipeline = Pipeline(store, blind, None)
+    pipeline = Pipeline.build(store=store, embedder=blind, reranker=None)
     assert pipeline.search("river mountain forest").first_stage == "auto: bm25"
     assert pipeline.search("river mountain forest", retrieval="hybrid").first_stage == "hybrid"
     # another embedder than the one measured: the 1:1 hybrid
-    assert Pipeline(store, HashingEmbedder(dim=32), None).plan("x").first_stage_label == "hybrid"
+    assert Pipeline.build(store=store, embedder=HashingEmbedder(dim=32), reranker=None).plan("x").first_stage_label == "hybrid"
 
 
 def test_a_first_stage_that_reads_well_keeps_the_hybrid(tmp_path):
     emb = HashingEmbedder(dim=256)
     store = _index(tmp_path, _topical(), emb)
-    result = calibrate(Pipeline(store, emb, None), n_queries=60)
+    result = calibrate(Pipeline.build(store=store, embedder=emb, reranker=None), n_queries=60)
     assert result.first_stage != "dense"  # dense is the weaker one here: never chosen alone
     assert set(result.first_stage_mrr) == {"hybrid", "bm25", "dense", "hybrid:bm25x2", "hybrid:densex2"}
 
@@ -410,7 +411,7 @@ def test_one_sentence_records_give_test_queries(tmp_path):
     records = [chunk(f"r{i:03d}", 0, " ".join(rng.choices(WORDS, k=12)).capitalize() + ".") for i in range(60)]
     emb = HashingEmbedder(dim=64)
     store = _index(tmp_path, records, emb)
-    result = calibrate(Pipeline(store, emb, None), n_queries=40)
+    result = calibrate(Pipeline.build(store=store, embedder=emb, reranker=None), n_queries=40)
     assert result.queries >= MIN_QUERIES and "too small" not in result.reason
 
 

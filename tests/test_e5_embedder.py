@@ -51,7 +51,7 @@ def test_embed_queries_uses_embed_query_when_there_is_one():
 def test_search_and_the_extractive_answer_embed_the_query_as_a_query(tmp_path):
     docs = write_files(tmp_path / "docs", {"a.md": "Iris Kallas leads Zentara Robotics.\n\nDogs bark."})
     embedder = QueryAwareEmbedder()
-    pipeline = Pipeline(LanceStore(tmp_path / "index"), embedder, None)
+    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=embedder, reranker=None)
     pipeline.ingest([docs])
     embedder.passages.clear()
     pipeline.search("who leads Zentara", retrieval="dense")
@@ -212,7 +212,7 @@ KOREAN_DOCS = {
 @pytest.mark.model
 def test_an_index_built_with_e5_small_finds_korean_by_dense_alone_and_reopens_with_it(e5_model_dir, tmp_path):
     docs = write_files(tmp_path / "docs", KOREAN_DOCS)
-    pipeline = Pipeline(LanceStore(tmp_path / "index"), embed.load("e5-small", threads=2), None)
+    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=embed.load("e5-small", threads=2), reranker=None)
     pipeline.ingest([docs])
 
     def top(p: Pipeline, query: str) -> str:
@@ -226,5 +226,5 @@ def test_an_index_built_with_e5_small_finds_korean_by_dense_alone_and_reopens_wi
     store = LanceStore(tmp_path / "index")
     assert store.info().embedder == "multilingual-e5-small-q4-int8"
     assert index_embedder(store) == "e5-small"
-    reopened = Pipeline(store, embed.load(index_embedder(store), threads=2), None)
+    reopened = Pipeline.build(store=store, embedder=embed.load(index_embedder(store), threads=2), reranker=None)
     assert top(reopened, "외국에 출장 갈 때 누구 허락을 받아야 하나요?").endswith("출장 규정.md")

@@ -26,7 +26,8 @@ from funnel.eval.suite import build_index, open_suite
 from funnel.eval.variants import DEFAULT, Variant, parse_variants
 from funnel.index.lance import LanceStore
 from funnel.ingest.pdf import load_pdf
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 from funnel.retrieve.first_stage import Retrieval
 from funnel.types import RerankResult, SectionKind
@@ -441,10 +442,10 @@ class FondReranker:
 def beir_suite(tmp_path):
     suite = open_suite(write_beir(tmp_path / "tiny"))
     index = tmp_path / "index"
-    build_index(Pipeline(LanceStore(index), HashingEmbedder()), suite)
+    build_index(Pipeline.build(store=LanceStore(index), embedder=HashingEmbedder(), reranker=None), suite)
 
     def pipeline(reranker=None):
-        return Pipeline(LanceStore(index), HashingEmbedder(), reranker=reranker)
+        return Pipeline.build(store=LanceStore(index), embedder=HashingEmbedder(), reranker=reranker)
 
     return suite, pipeline
 
@@ -522,7 +523,7 @@ def test_a_question_set_is_judged_by_file_and_by_answer(tmp_path):
         "  - {id: moon, question: 'What is the moon made of?', answer_contains: cheese}\n"
     )
     suite = open_suite(tmp_path / "qs.yaml")
-    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(), config=SearchConfig(k=2))
+    p = Pipeline.build(EngineConfig.of(k=2), store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
     build_index(p, suite)
     run = run_eval(p, suite.evalset, parse_variants("bm25,hybrid"), generator=p.generator)
     hybrid = run.variants["hybrid"]
@@ -556,7 +557,7 @@ def test_a_question_set_is_judged_by_page_and_limit_keeps_only_its_questions(tmp
     )
     suite = open_suite(tmp_path / "qs.yaml")
     assert suite.evalset.pages == {"weight": {"anvil.pdf#p2": 1}, "colour": {"anvil.pdf#p3": 1}}
-    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(), config=SearchConfig(k=3))
+    p = Pipeline.build(EngineConfig.of(k=3), store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
     build_index(p, suite)
     run = run_eval(p, suite.evalset, parse_variants("bm25"), generator=p.generator)
     assert run.variants["bm25"].page_rankings["weight"][0] == "anvil.pdf#p2"
@@ -580,7 +581,7 @@ def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tm
         "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
     )
     suite = open_suite(tmp_path / "qs.yaml")
-    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder())
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
     build_index(p, suite)
     with socket.socket() as s:  # a port nothing listens on: the LLM is down
         s.bind(("127.0.0.1", 0))
@@ -623,8 +624,7 @@ def seed_001(tmp_path_factory):
     # Like the seed: top_k = 3 passages, one per source = 2 guaranteed first-stage slots + 1 the
     # reranker chooses. (With funnel's default of 3 passages per document the row survives even
     # `replace` here: see test_grouping_passages_protect_the_row_even_under_replace.)
-    p = Pipeline(LanceStore(tmp_path_factory.mktemp("seed001")), load_embedder("minilm"),
-                 reranker=ProseLovingReranker(), config=SearchConfig(k=3, guaranteed=2, chunks_per_document=1))
+    p = Pipeline.build(EngineConfig.of(k=3, guaranteed=2, chunks_per_document=1), store=LanceStore(tmp_path_factory.mktemp("seed001")), embedder=load_embedder("minilm"), reranker=ProseLovingReranker())
     assert p.ingest(list(qs.documents)).problems == []
     variants = parse_variants("hybrid,hybrid+rerank(replace),hybrid+rerank(guaranteed_slots)")
     run = run_eval(p, qs.evalset, variants, generator=p.generator)
@@ -666,8 +666,7 @@ def test_grouping_passages_protect_the_row_even_under_replace(tmp_path):
     # The product default keeps 3 passages per document: the PDF stays in the top 3 on its prose, and the
     # row, one of its first-stage passages, stays in the answer context. Measured: 19/19 for every policy.
     qs = load_questions(QUESTIONS)
-    p = Pipeline(LanceStore(tmp_path / "idx"), load_embedder("minilm"), reranker=ProseLovingReranker(),
-                 config=SearchConfig(k=3, guaranteed=2))
+    p = Pipeline.build(EngineConfig.of(k=3, guaranteed=2), store=LanceStore(tmp_path / "idx"), embedder=load_embedder("minilm"), reranker=ProseLovingReranker())
     p.ingest(list(qs.documents))
     run = run_eval(p, qs.evalset, parse_variants("hybrid,hybrid+rerank(replace)"), generator=p.generator)
     assert run.variants["hybrid"].passed["ceo"] and run.variants["hybrid+rerank(replace)"].passed["ceo"]

@@ -5,7 +5,8 @@ from funnel.eval.beir import EvalSet
 from funnel.eval.runner import run_eval
 from funnel.eval.variants import DEFAULT, parse_variants
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.lexical import LexicalReranker
 
 
@@ -16,8 +17,7 @@ def test_runner_top_k_matches_search_for_every_variant(tmp_path):
                                               for i in range(40)))
     for i in range(8):
         (docs / f"small{i}.md").write_text(f"Note {i}: the zebra herd crossed the river plains in season {i}.\n")
-    pipeline = Pipeline(LanceStore(tmp_path / "idx"), HashingEmbedder(dim=64), reranker=LexicalReranker(),
-                        config=SearchConfig(k=5, candidates=10))
+    pipeline = Pipeline.build(EngineConfig.of(k=5, candidates=10), store=LanceStore(tmp_path / "idx"), embedder=HashingEmbedder(dim=64), reranker=LexicalReranker())
     pipeline.ingest([docs])
     queries = {"q1": "zebra migration plains", "q2": "herd crossed the river", "q3": "season 3 note"}
     evalset = EvalSet("t", "test", "record", queries, {q: {"x": 1} for q in queries})

@@ -347,7 +347,7 @@ def test_model_and_key_from_settings_and_environment(monkeypatch):
     cached = reranker_from_settings(settings)
     reranker = cached.inner  # behind the score cache
     assert isinstance(reranker, HttpReranker) and reranker.model == "rerank-v3.5" and cached.name == reranker.name
-    assert reranker.timeout_s == settings.rerank_timeout_s
+    assert reranker.timeout_s == settings.rerank.timeout_s
     assert "sk-from-env" not in repr(reranker) + reranker.name
 
 

@@ -34,7 +34,7 @@ The release manager tags the build on Thursday. Security fixes are backported to
 @pytest.fixture
 def pipeline(tmp_path):
     docs = write_files(tmp_path / "docs", {"출장 규정.md": POLICY, "release.md": NOTE})
-    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=64), None)
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(dim=64), reranker=None)
     p.ingest([docs])
     p.calibrate()
     return p

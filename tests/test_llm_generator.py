@@ -234,7 +234,7 @@ def pipeline(tmp_path):
     })
     embedder = HashingEmbedder(dim=32, max_tokens=64)
     generator = FallbackGenerator(down(), ExtractiveGenerator(embedder))
-    p = Pipeline(LanceStore(tmp_path / "index"), embedder, generator=generator)
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=embedder, reranker=None, generator=generator)
     p.ingest([docs])
     return p
 

@@ -197,7 +197,7 @@ def base_model(server: Server, **kw) -> OpenAIChat:
 def result(tmp_path_factory) -> SearchResult:
     """A real search over samples/docs (hashing embedder: milliseconds, no model)."""
     embedder = HashingEmbedder()
-    pipeline = Pipeline(LanceStore(tmp_path_factory.mktemp("index")), embedder)
+    pipeline = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("index")), embedder=embedder, reranker=None)
     pipeline.ingest([SAMPLES])
     return pipeline.search("Who is the CEO of Zentara Robotics?", k=3)
 

@@ -41,9 +41,9 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("mcp")
     embedder = load_embedder("minilm")  # the packaged model, loaded once for both indexes
     docs = ROOT / "samples" / "docs"
-    assert Pipeline(LanceStore(root / "index"), embedder).ingest([docs]).problems == []
+    assert Pipeline.build(store=LanceStore(root / "index"), embedder=embedder, reranker=None).ingest([docs]).problems == []
     notes = root / "data" / "collections" / "notes"
-    Pipeline(LanceStore(notes / "index"), embedder).ingest([docs / "glossary.txt"])
+    Pipeline.build(store=LanceStore(notes / "index"), embedder=embedder, reranker=None).ingest([docs / "glossary.txt"])
     marker = {"name": "notes", "created_at": "2025-01-01T00:00:00+00:00"}  # as `funnel serve` writes it
     (notes / "collection.json").write_text(json.dumps(marker))
     repo = root / "repo"

@@ -1,6 +1,7 @@
 """The pipeline end to end on real files, with the deterministic HashingEmbedder."""
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 import sys
 import textwrap
@@ -10,7 +11,8 @@ import pytest
 from funnel.embed import HashingEmbedder
 from funnel.errors import ConfigError, StoreError
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig, IngestConfig
+from funnel.pipeline import Pipeline
 from funnel.types import RerankStatus
 
 from helpers import FailingReranker
@@ -42,7 +44,7 @@ def corpus(tmp_path):
 
 
 def make(tmp_path, embedder=None, **config):
-    return Pipeline(LanceStore(tmp_path / "index"), embedder or CountingEmbedder(), config=SearchConfig(**config))
+    return Pipeline.build(EngineConfig.of(**config), store=LanceStore(tmp_path / "index"), embedder=embedder or CountingEmbedder(), reranker=None)
 
 
 def test_ingest_then_search_and_ask(tmp_path, corpus):
@@ -113,7 +115,8 @@ def test_a_killed_ingest_leaves_the_previous_index_readable(tmp_path, corpus):
                 if Dying.calls == 4:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return super().embed(texts)
-        Pipeline(LanceStore({str(tmp_path / "index")!r}), Dying(dim=32, max_tokens=64)).ingest([{str(corpus)!r}])
+        Pipeline.build(store=LanceStore({str(tmp_path / "index")!r}), embedder=Dying(dim=32, max_tokens=64),
+                       reranker=None).ingest([{str(corpus)!r}])
     """)
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert child.returncode == -9, child.stderr
@@ -148,7 +151,7 @@ def test_query_edge_cases(tmp_path, corpus):
 
 
 def test_reranker_failure_is_reported_not_raised(tmp_path, corpus):
-    p = Pipeline(LanceStore(tmp_path / "index"), CountingEmbedder(), reranker=FailingReranker(OSError("down")))
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=CountingEmbedder(), reranker=FailingReranker(OSError("down")))
     p.ingest([corpus])
     first = p.search("CEO of Acme", policy="none")
     result = p.search("CEO of Acme", policy="replace")
@@ -213,7 +216,8 @@ def test_k_counts_documents_even_when_one_document_has_many_chunks(tmp_path):
 
 def test_chunks_larger_than_the_embedder_window_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="window"):
-        Pipeline(LanceStore(tmp_path / "i"), CountingEmbedder(), max_tokens=1000)
+        Pipeline.build(replace(EngineConfig(), ingest=IngestConfig(chunk_tokens=1000)), store=LanceStore(tmp_path / "i"),
+                       embedder=CountingEmbedder(), reranker=None)
 
 
 def test_a_truncated_query_is_reported(tmp_path, corpus):
@@ -225,7 +229,7 @@ def test_a_truncated_query_is_reported(tmp_path, corpus):
 
 def test_searching_with_another_embedder_is_a_clear_error(tmp_path, corpus):
     make(tmp_path).ingest([corpus])
-    other = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder(dim=48))
+    other = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(dim=48), reranker=None)
     with pytest.raises(ConfigError, match="built with embedder"):
         other.search("gears")
 

@@ -50,7 +50,7 @@ def test_open_takes_the_index_embedder_and_a_reranker_spec(tmp_path):
     funnel.open(index, embedder="hashing", reranker="none").ingest([tmp_path / "notes.md"])
     pipeline = funnel.open(index, reranker="lexical", policy="rrf", k=2)
     assert pipeline.embedder.name.startswith("hashing")  # the index's embedder, not the default MiniLM
-    assert isinstance(pipeline.reranker, CachedReranker) and pipeline.config.k == 2
+    assert isinstance(pipeline.reranker, CachedReranker) and pipeline.config.grouping.k == 2
     result = pipeline.search("quarterly review")
     assert result.rerank_status.value == "ok" and result.policy == "rrf"
     assert funnel.open(index, reranker=LexicalReranker()).search("review").documents

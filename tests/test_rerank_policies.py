@@ -202,28 +202,29 @@ def test_second_stage_under_a_policy_name_is_that_policy_with_its_default_parame
 def test_search_config_and_settings_take_their_policy_parameters_from_the_core():
     from dataclasses import fields
 
-    from funnel.apps.factory import search_config
-    from funnel.apps.settings import Settings, load_settings
-    from funnel.pipeline import SearchConfig
+    from funnel.apps.settings import SECTION_MODELS, Settings, load_settings, section_key
+    from funnel.engine_config import EngineConfig
     from funnel.retrieve.first_stage import FirstStageConfig
 
-    config = SearchConfig()
+    config = EngineConfig.of().rerank
     assert (config.guaranteed, config.rerank_rrf_k, config.rerank_weight) == (GuaranteedSlots().g, Rrf().k, Rrf().weight)
     assert config.policy_of(RerankPolicy.RRF, weight=0.5) == Rrf(k=config.rerank_rrf_k, weight=0.5)
-    # Every PolicyParams field is a setting with the core's default and range: a new parameter needs no
-    # edit outside funnel/rerank/policies.py.
-    settings_fields = Settings.model_fields
+    # Every PolicyParams field is a [rerank] setting with the core's default and range: a new parameter needs
+    # no edit outside funnel/rerank/policies.py.
+    rerank_fields = SECTION_MODELS["rerank"].model_fields
     for f in fields(PolicyParams):
-        assert settings_fields[f.name].default == f.default, f.name
-        assert settings_fields[f.name].description == f.metadata["description"], f.name
-        with pytest.raises(ConfigError, match=f"invalid setting {f.name}"):
+        key = section_key("rerank", f.name)
+        assert rerank_fields[key].default == f.default, f.name
+        assert rerank_fields[key].description == f.metadata["description"], f.name
+        with pytest.raises(ConfigError, match=f"invalid setting rerank.{key}"):
             load_settings(**{f.name: -1})
-    assert settings_fields["rrf_k"].default == FirstStageConfig().rrf_k
-    # rrf_k is the first stage's fusion k; rerank_rrf_k the rrf policy's: one no longer sets the other.
-    built = search_config(Settings(rrf_k=10, rerank_rrf_k=30, guaranteed=4, rerank_weight=0.5))
-    assert (built.first_stage.rrf_k, built.rerank_rrf_k, built.guaranteed, built.rerank_weight) == (10, 30, 4, 0.5)
+    assert SECTION_MODELS["search"].model_fields["rrf_k"].default == FirstStageConfig().rrf_k
+    # [search] rrf_k is the first stage's fusion k; [rerank] rrf_k the rrf policy's: one does not set the other.
+    built = Settings(rrf_k=10, rerank_rrf_k=30, guaranteed=4, rerank_weight=0.5).engine()
+    assert (built.first_stage.rrf_k, built.rerank.rerank_rrf_k, built.rerank.guaranteed,
+            built.rerank.rerank_weight) == (10, 30, 4, 0.5)
     with pytest.raises(ConfigError, match="guaranteed slots must be 0 or more"):
-        SearchConfig(guaranteed=-1)
+        EngineConfig.of(guaranteed=-1)
 
 
 class _Recording(ScriptedReranker):

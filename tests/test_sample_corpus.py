@@ -15,7 +15,7 @@ SAMPLES = Path(__file__).parent.parent / "samples"
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    p = Pipeline(LanceStore(tmp_path_factory.mktemp("idx")), load_embedder("minilm"))
+    p = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("idx")), embedder=load_embedder("minilm"), reranker=None)
     report = p.ingest([SAMPLES / "docs", SAMPLES / "repo"])
     assert report.problems == []
     return p

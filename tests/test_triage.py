@@ -22,7 +22,8 @@ from funnel.embed import HashingEmbedder
 from funnel.errors import StoreError, UpstreamError
 from funnel.generate.chat import ChatReply, ToolCall
 from funnel.index.lance import LanceStore
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.policies import RerankPolicy
 
 SAMPLE_REPO = Path(__file__).parent.parent / "samples" / "repo"
@@ -76,7 +77,7 @@ RAISING_FILE = {
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    p = Pipeline(LanceStore(tmp_path_factory.mktemp("repo-index")), HashingEmbedder())
+    p = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("repo-index")), embedder=HashingEmbedder(), reranker=None)
     report = p.ingest([SAMPLE_REPO])
     assert report.problems == []
     return p
@@ -129,7 +130,7 @@ def test_unparseable_or_huge_traces_still_get_ranked_files(pipeline, junk):
 
 
 def test_an_unindexed_repository_is_a_clear_error(tmp_path):
-    service = TriageService(Pipeline(LanceStore(tmp_path / "empty"), HashingEmbedder()))
+    service = TriageService(Pipeline.build(store=LanceStore(tmp_path / "empty"), embedder=HashingEmbedder(), reranker=None))
     with pytest.raises(StoreError, match="not indexed"):
         service.triage(ErrorReport(message="boom"))
 
@@ -165,7 +166,7 @@ def repo_copy(tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("TOP SECRET outside the repository\n")
     os.symlink(outside, repo / "app" / "link.py")
-    p = Pipeline(LanceStore(tmp_path / "index"), HashingEmbedder())
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
     p.ingest([repo])
     return repo, p
 
@@ -297,9 +298,7 @@ def test_real_models_keep_the_raising_file_first(tmp_path_factory):
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
     # guaranteed_slots, as before calibration existed: the reranker runs on every trace.
-    p = Pipeline(LanceStore(tmp_path_factory.mktemp("real")), load_embedder("minilm"),
-                 reranker=OnnxCrossEncoder(builtin_model_dir()),
-                 config=SearchConfig(policy=RerankPolicy.GUARANTEED_SLOTS))
+    p = Pipeline.build(EngineConfig.of(policy=RerankPolicy.GUARANTEED_SLOTS), store=LanceStore(tmp_path_factory.mktemp("real")), embedder=load_embedder("minilm"), reranker=OnnxCrossEncoder(builtin_model_dir()))
     p.ingest([SAMPLE_REPO])
     locator = FileLocator(p, repo_root=SAMPLE_REPO)
     for scenario, raising in RAISING_FILE.items():

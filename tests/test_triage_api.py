@@ -45,7 +45,7 @@ def slack():
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    pipeline = Pipeline(LanceStore(tmp_path_factory.mktemp("triage-api-index")), HashingEmbedder())
+    pipeline = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("triage-api-index")), embedder=HashingEmbedder(), reranker=None)
     pipeline.ingest([SAMPLE_REPO])
     return pipeline
 

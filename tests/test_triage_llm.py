@@ -29,7 +29,7 @@ ANALYSIS = {
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    p = Pipeline(LanceStore(tmp_path_factory.mktemp("idx")), HashingEmbedder())
+    p = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("idx")), embedder=HashingEmbedder(), reranker=None)
     p.ingest([SAMPLE_REPO])
     return p
 

@@ -22,7 +22,7 @@ def role_funnel_ingest(spec: dict) -> dict:
     started = time.perf_counter()
     embedder = load_embedder("minilm", threads=spec["threads"])
     embedder.warm_up()
-    pipeline = Pipeline(LanceStore(index), embedder)
+    pipeline = Pipeline.build(store=LanceStore(index), embedder=embedder, reranker=None)
     keep = set(spec["keep"]) if spec["keep"] is not None else None
     report = pipeline.indexer.ingest_documents(load_corpus(Path(spec["corpus"]), keep))
     ingest_s = time.perf_counter() - started
@@ -31,7 +31,7 @@ def role_funnel_ingest(spec: dict) -> dict:
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
 
     started = time.perf_counter()
-    calibration = Pipeline(pipeline.store, embedder, OnnxCrossEncoder.builtin(threads=spec["threads"])).calibrate()
+    calibration = Pipeline.build(store=pipeline.store, embedder=embedder, reranker=OnnxCrossEncoder.builtin(threads=spec["threads"])).calibrate()
     return {"ingest_s": ingest_s, "documents": info.documents, "units": info.chunks, "embedded": report.chunks,
             "problems": [str(p) for p in report.problems], "rss_peak_mb": vm_hwm_mb(),
             "calibrate_s": time.perf_counter() - started, "calibration": calibration.option,
@@ -41,7 +41,8 @@ def role_funnel_ingest(spec: dict) -> dict:
 def role_funnel_query(spec: dict) -> dict:
     from funnel.embed import load_embedder
     from funnel.index.lance import LanceStore
-    from funnel.pipeline import Pipeline, SearchConfig
+    from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
     from funnel.rerank.policies import RerankPolicy
 
@@ -56,8 +57,8 @@ def role_funnel_query(spec: dict) -> dict:
     if reranker is not None:
         reranker.warm_up()
     policy = {"builtin": RerankPolicy.RRF, "default": RerankPolicy.AUTO}.get(mode, RerankPolicy.NONE)
-    config = SearchConfig(k=10, candidates=spec["candidates"], policy=policy)
-    pipeline = Pipeline(LanceStore(Path(spec["index"])), embedder, reranker=reranker, config=config)
+    config = EngineConfig.of(k=10, candidates=spec["candidates"], policy=policy)
+    pipeline = Pipeline.build(config, store=LanceStore(Path(spec["index"])), embedder=embedder, reranker=reranker)
     load_s = time.perf_counter() - started
 
     if spec.get("langchain"):  # the same pipeline called through funnel's LangChain retriever

@@ -10,26 +10,31 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from funnel.errors import FunnelError
 
 if TYPE_CHECKING:
-    from funnel.pipeline import Pipeline, SearchConfig
+    from funnel.engine_config import EngineConfig
+    from funnel.pipeline import Pipeline
     from funnel.rerank.base import Reranker
 
-__all__ = ["FunnelError", "Pipeline", "SearchConfig", "open"]
+__all__ = ["EngineConfig", "FunnelError", "Pipeline", "SearchConfig", "open"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
     # Lazy, so `import funnel.rerank` does not pull in the store, the loaders and their libraries.
-    if name in ("Pipeline", "SearchConfig"):
-        from funnel import pipeline
+    if name == "Pipeline":
+        from funnel.pipeline import Pipeline
 
-        return getattr(pipeline, name)
+        return Pipeline
+    if name in ("EngineConfig", "SearchConfig"):  # SearchConfig(**flat): the flat form of earlier releases
+        from funnel.engine_config import EngineConfig
+
+        return EngineConfig if name == "EngineConfig" else EngineConfig.of
     raise AttributeError(name)
 
 
@@ -46,22 +51,23 @@ def open(  # noqa: A001
     - `embedder`: a spec (`minilm`, `hashing`, a model directory, `st:NAME`); by default the one the index
       was built with, else `minilm`.
     - `reranker`: a spec as in `funnel.toml` (`builtin`, `none`, `onnx:DIR`, `tei:URL`, ...) or a `Reranker`.
-    - `search_config`: `SearchConfig`'s fields (`k`, `candidates`, `policy`, `guaranteed`, ...). The default
+    - `search_config`: the flat names of `EngineConfig.of` (`k`, `candidates`, `policy`, `guaranteed`, ...). The default
       policy `auto` follows the index's calibration (`pipeline.calibrate()`); uncalibrated, it keeps the
       first stage's order and says why in `rerank_reason`.
     - `analyzer`: BM25 analysis for a new index (`funnel.analyze`: auto, english, cjk, korean); an existing
       index keeps its own."""
-    from funnel.embed import index_embedder, load_embedder
-    from funnel.index import open_store
-    from funnel.pipeline import Pipeline, SearchConfig
-    from funnel.rerank import RerankPolicy, load_reranker
+    from funnel.engine_config import EngineConfig
+    from funnel.pipeline import FROM_CONFIG, Pipeline
+
+    config = EngineConfig.of(index=str(path), embedder=embedder, **search_config)
+    if analyzer is not None:
+        config = replace(config, ingest=replace(config.ingest, analyzer=analyzer))
+    if isinstance(reranker, str):
+        config = config.with_rerank(backend=reranker)
+    return Pipeline.build(config, reranker=FROM_CONFIG if isinstance(reranker, str) else _cached(reranker))
+
+
+def _cached(reranker: Reranker | None) -> Reranker | None:
     from funnel.rerank.cache import CachedReranker
 
-    store = open_store(path)
-    loaded = load_embedder(embedder or index_embedder(store))
-    if isinstance(reranker, str):
-        reranker = load_reranker(reranker)
-    if isinstance(search_config.get("policy"), str):
-        search_config["policy"] = RerankPolicy.parse(search_config["policy"])
-    second = CachedReranker(reranker) if reranker is not None else None
-    return Pipeline(store, loaded, second, config=SearchConfig(**search_config), analyzer=analyzer)
+    return CachedReranker(reranker) if reranker is not None else None

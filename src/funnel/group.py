@@ -10,10 +10,13 @@ documents 23, single passages 23.
 
 from __future__ import annotations
 
+from funnel.engine_config import GroupingConfig
 from funnel.types import DocumentHit, Hit
 
 
-def group(hits: list[Hit], k: int, chunks_per_document: int = 3) -> list[DocumentHit]:
+def group(
+    hits: list[Hit], k: int, chunks_per_document: int | None = GroupingConfig.chunks_per_document
+) -> list[DocumentHit]:
     """The top-k documents (or pages, when fewer than k documents are in the window), each with up to
     `chunks_per_document` of its hits, best first."""
     ordered = sorted(hits, key=lambda h: h.final_rank)

@@ -12,46 +12,25 @@ from pathlib import Path
 
 from funnel.analyze import LEGACY, has_cjk
 from funnel.calibrate import DEFAULT_QUERIES, JUDGED, Calibration, Judged, calibrate, parse_judged
+from funnel.embed import index_embedder, load_embedder
 from funnel.embed.base import Embedder
+from funnel.engine_config import EngineConfig, GroupingConfig, RerankConfig
 from funnel.errors import ConfigError, StoreError
 from funnel.generate.base import Generator
+from funnel.generate.chat import ChatModel
 from funnel.generate.context import with_continuations
 from funnel.group import group
+from funnel.index import open_store
 from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
-from funnel.ingest.walk import FileLimits
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import (
-    RERANK_DEPTH, FirstStageOnly, Policy, PolicyParams, RerankPolicy, Rrf, SecondStageResult, second_stage,
-)
+from funnel.parts import build_generator, load_chat, load_reranker
+from funnel.rerank.policies import FirstStageOnly, Policy, RerankPolicy, Rrf, SecondStageResult, second_stage
 from funnel.retrieve.first_stage import FirstStageConfig, Ranking, Retrieval, fuse, fuse_rankings, retrieve
 from funnel.types import Answer, Candidate, DocumentHit, Hit, SearchResult
 
 # A query longer than this is cut before retrieval: BM25 over a 100 KB "query" is a scan of the index.
 MAX_QUERY_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class SearchConfig(PolicyParams):
-    """How a search runs: the explicit policies' parameters (`PolicyParams`: `guaranteed`, `rerank_weight`,
-    `rerank_rrf_k`) and the rest."""
-
-    k: int = 5  # documents returned
-    candidates: int = 25  # chunks handed to the second stage (over-fetch)
-    rerank_depth: int | None = RERANK_DEPTH  # the window's top chunks the reranker scores (None: all)
-    first_stage: FirstStageConfig = field(default_factory=FirstStageConfig)
-    policy: RerankPolicy = RerankPolicy.AUTO  # auto: the index's calibration decides (funnel.calibrate)
-    rerank_timeout_s: float | None = 30.0
-    chunks_per_document: int = 3
-
-    def __post_init__(self):
-        if self.k < 1:
-            raise ConfigError(f"k must be at least 1, got {self.k}")
-        if self.candidates < 1:
-            raise ConfigError(f"candidates must be at least 1, got {self.candidates}")
-        if self.rerank_depth is not None and self.rerank_depth < 1:
-            raise ConfigError(f"rerank_depth must be at least 1, got {self.rerank_depth}")
-        super().__post_init__()
 
 
 @dataclass(frozen=True)
@@ -75,11 +54,14 @@ class SearchRequest:
     policy: ResolvedPolicy
     filter: Filter | None = None
     documents: frozenset[str] | None = None  # only these documents' chunks are candidates (None: all)
-    chunks_per_document: int | None = 3  # the window's per-document cap (None: no cap)
+    chunks_per_document: int | None = GroupingConfig.chunks_per_document  # per-document cap (None: none)
     first_stage_label: str = "hybrid"  # what ran, for --explain: "auto: bm25" when the calibration chose
+    rerank_depth: int | None = RerankConfig.depth  # the window's top chunks the reranker scores (None: all)
+    rerank_timeout_s: float | None = RerankConfig.timeout_s
 
 
 _FIRST_STAGE_ONLY = FirstStageOnly()
+FROM_CONFIG = object()  # Pipeline.build: a part left to the config
 
 
 # How long a pipeline trusts the calibration it read (another process may recalibrate the index).
@@ -87,30 +69,47 @@ CALIBRATION_TTL_S = 30.0
 
 
 class Pipeline:
-    """Ties a store, an embedder, an optional reranker and a generator together. Holds no global state."""
+    """Ties a store, an embedder, an optional reranker and a generator together. Holds no global state.
+    Made by `Pipeline.build(config)` alone, and never changed once built."""
 
-    def __init__(
-        self,
-        store: Store,
-        embedder: Embedder,
-        reranker: Reranker | None = None,
-        generator: Generator | None = None,
-        config: SearchConfig | None = None,
-        max_tokens: int | None = None,
-        limits: FileLimits | None = None,
-        analyzer: str | None = None,
-    ):
+    def __init__(self, store: Store, embedder: Embedder, reranker: Reranker | None, generator: Generator,
+                 config: EngineConfig):
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
-        self.config = config or SearchConfig()
-        if generator is None:
-            from funnel.generate.extractive import ExtractiveGenerator
-
-            generator = ExtractiveGenerator(embedder)
         self.generator = generator
-        self.indexer = Indexer(store, embedder, max_tokens, limits, analyzer)
+        self.config = config
+        ingest = config.ingest
+        self.indexer = Indexer(store, embedder, ingest.chunk_tokens, ingest.limits, ingest.analyzer)
         self._calibration: tuple[float, int, Calibration | None] | None = None  # (read at, index version, it)
+
+    @classmethod
+    def build(
+        cls,
+        config: EngineConfig | None = None,
+        *,
+        store: Store | None = None,
+        embedder: Embedder | None = None,
+        reranker: Reranker | None | object = FROM_CONFIG,
+        generator: Generator | None = None,
+        chat: ChatModel | None | object = FROM_CONFIG,
+    ) -> Pipeline:
+        """The pipeline `config` describes. Parts already built (a service shares one embedder, reranker and
+        answer generator across its collections) are passed instead of built again: `store` (else
+        `config.index`), `embedder` (else `config.embedder`, or the index's), `reranker` (else
+        `config.rerank.backend`, behind a score cache; None: none), `generator` (else the LLM of `config.llm`
+        or `chat`, with the extractive answer as its fallback)."""
+        config = config or EngineConfig()
+        if store is None:
+            store = open_store(config.index)
+        if embedder is None:
+            embedder = load_embedder(config.embedder or index_embedder(store), config.threads)
+        if reranker is FROM_CONFIG:
+            reranker = load_reranker(config.rerank)
+        if generator is None:
+            generator = build_generator(load_chat(config.llm) if chat is FROM_CONFIG else chat, embedder,
+                                        config.llm)
+        return cls(store, embedder, reranker, generator, config)
 
     def calibration(self, version: int | None = None) -> Calibration | None:
         """The index's stored `Calibration`, or None; re-read when the index changed or after a while."""
@@ -143,7 +142,8 @@ class Pipeline:
     def over(self, store: Store) -> Pipeline:
         """This pipeline's models and search config over another store (calibration searches a small copy of
         the index with it)."""
-        return Pipeline(store, self.embedder, self.reranker, self.generator, self.config)
+        return Pipeline.build(self.config, store=store, embedder=self.embedder, reranker=self.reranker,
+                              generator=self.generator)
 
     def _stored_judged(self) -> list[Judged] | None:
         """The judged queries of the stored calibration; None when it was made from generated queries, or
@@ -172,7 +172,7 @@ class Pipeline:
         """`auto` -> the calibrated policy when the calibration was made with this reranker and embedder;
         otherwise the first-stage order, saying why. An explicit policy is taken as it is."""
         if policy is not RerankPolicy.AUTO:
-            chosen = self.config.policy_of(policy)
+            chosen = self.config.rerank.policy_of(policy)
             plain = not isinstance(chosen, Rrf) or (chosen.weight == 1.0 and not chosen.gate)
             label = policy.value if plain else chosen.label
             return ResolvedPolicy(chosen, label)
@@ -191,7 +191,7 @@ class Pipeline:
         label = f"auto: {calibration.option}"
         if calibration.policy is RerankPolicy.NONE:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, label, f"calibration: {calibration.reason}")
-        chosen = self.config.policy_of(calibration.policy, calibration.weight, calibration.gate)
+        chosen = self.config.rerank.policy_of(calibration.policy, calibration.weight, calibration.gate)
         return ResolvedPolicy(chosen, label)
 
     def ingest(
@@ -214,17 +214,18 @@ class Pipeline:
         person's query), each argument left None taking the config's value: the window (`candidates`)
         is at least k chunks; `version` is the index version a calibration must match."""
         config = self.config
-        k = config.k if k is None else k
+        k = config.grouping.k if k is None else k
         if k < 1:
             raise ConfigError(f"k must be at least 1, got {k}")
-        requested = config.policy if policy is None else RerankPolicy.parse(policy)
+        requested = config.rerank.policy if policy is None else RerankPolicy.parse(policy)
         fs_config = config.first_stage
         if retrieval is not None:
             fs_config = replace(fs_config, retrieval=Retrieval.parse(retrieval))
         fs_config, fs_label = self.resolve_first_stage(fs_config, version)
-        window = max(config.candidates, k) if candidates is None else candidates
+        window = max(config.grouping.candidates, k) if candidates is None else candidates
         return SearchRequest(query, k, window, fs_config, self.resolve_policy(requested, version), filter,
-                             chunks_per_document=config.chunks_per_document, first_stage_label=fs_label)
+                             chunks_per_document=config.grouping.chunks_per_document, first_stage_label=fs_label,
+                             rerank_depth=config.rerank.depth, rerank_timeout_s=config.rerank.timeout_s)
 
     def resolve_first_stage(
         self, fs: FirstStageConfig, version: int | None = None
@@ -305,13 +306,13 @@ class Pipeline:
     def second_stage(self, request: SearchRequest, candidates: list[Candidate]) -> SecondStageResult:
         """The reranker under the request's policy, or the first-stage order on any failure."""
         return second_stage(
-            request.query, candidates, self.reranker, request.policy.policy, timeout_s=self.config.rerank_timeout_s,
-            depth=self.config.rerank_depth,
+            request.query, candidates, self.reranker, request.policy.policy, timeout_s=request.rerank_timeout_s,
+            depth=request.rerank_depth,
         )
 
     def group(self, request: SearchRequest, hits: list[Hit]) -> list[DocumentHit]:
         """The top-k documents of the final order (`funnel.group`)."""
-        return group(hits, request.k, self.config.chunks_per_document)
+        return group(hits, request.k, request.chunks_per_document)
 
     def search(
         self,

@@ -460,7 +460,7 @@ def api(tmp_path_factory):
     (repo / "app" / "users.py").write_text("def get_user(uid):\n    raise KeyError(uid)\n")
     (repo / "app" / "orders.py").write_text(
         "from app.users import get_user\n\ndef order(uid):\n    get_user(uid)\n")
-    pipeline = Pipeline(LanceStore(tmp / "repo-index"), HashingEmbedder())
+    pipeline = Pipeline.build(store=LanceStore(tmp / "repo-index"), embedder=HashingEmbedder(), reranker=None)
     pipeline.ingest([repo])
     triage = TriageService(pipeline, repo_root=repo, incidents=EmbeddedIncidents(tmp / "incidents.sqlite"))
     app = create_app(Settings(embedder="hashing", reranker="lexical", data_dir=tmp / "data", max_upload_mb=2),

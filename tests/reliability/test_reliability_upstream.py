@@ -256,7 +256,7 @@ def triage_api(tmp_path_factory):
 
     slack = FaultServer(SlackWebhook())
     tmp = tmp_path_factory.mktemp("triage-faults")
-    pipeline = Pipeline(LanceStore(tmp / "index"), HashingEmbedder())
+    pipeline = Pipeline.build(store=LanceStore(tmp / "index"), embedder=HashingEmbedder(), reranker=None)
     pipeline.ingest([SAMPLE_REPO])
     notifier = SlackNotifier(f"{slack.url}/services/T000/B000/XXXXsecretXXXX", timeout=TIMEOUT, max_retries=1,
                              backoff=0.05, rate_per_minute=100_000, dedupe_window_s=0)

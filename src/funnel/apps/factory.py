@@ -1,96 +1,31 @@
-"""Building a Pipeline from Settings (the one place where settings meet the core)."""
+"""Settings meet the core here: a `Pipeline` is `Pipeline.build(settings.engine())`."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
-from funnel import embed, generate, index, rerank
+from funnel import rerank
 from funnel.apps.settings import Settings
-from funnel.embed import index_embedder
-from funnel.embed.base import Embedder
-from funnel.generate.base import Generator
-from funnel.ingest.walk import FileLimits
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.generate.chat import ChatModel
+from funnel.parts import build_generator, load_chat, load_reranker
+from funnel.pipeline import Pipeline
 from funnel.rerank import RERANKER_SPECS  # noqa: F401  (re-exported for older imports)
 from funnel.rerank.base import Reranker
-from funnel.rerank.cache import CachedReranker
-from funnel.rerank.policies import PolicyParams
-from funnel.retrieve.first_stage import FirstStageConfig
 
 # The apps' older names for the registries' loaders.
 build_reranker = rerank.load
 
+__all__ = ["build_chat", "build_generator", "build_pipeline", "reranker_from_settings"]
+
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
-    """The configured reranker behind a score cache (a pair's score depends on nothing else, so a repeated
-    query, `ask` after `search` or another eval variant never scores a pair twice)."""
-    key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-    reranker = rerank.load(
-        settings.reranker, model=settings.rerank_model, api_key=key, timeout_s=settings.rerank_timeout_s,
-        max_length=settings.rerank_max_tokens,
-    )
-    return CachedReranker(reranker) if reranker is not None else None
+    """The configured reranker behind a score cache (`funnel.parts.load_reranker`)."""
+    return load_reranker(settings.engine().rerank)
 
 
-def build_chat(settings: Settings):
-    """The chat LLM `settings.llm` names, or None. Cheap: connects to nothing."""
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return generate.load(settings.llm, model=settings.llm_model, api_key=key, timeout_s=settings.llm_timeout_s,
-                         completion=settings.llm_completion)
+def build_chat(settings: Settings) -> ChatModel | None:
+    """The chat LLM `[llm] backend` names, or None. Cheap: connects to nothing."""
+    return load_chat(settings.engine().llm)
 
 
-def search_config(settings: Settings) -> SearchConfig:
-    """`rrf_k` is the first stage's fusion k (BM25 + dense); `rerank_rrf_k` the rrf policy's (first stage +
-    reranker). They were one setting once; they answer different questions."""
-    return SearchConfig(
-        k=settings.k,
-        candidates=settings.candidates,
-        rerank_depth=settings.rerank_depth,
-        first_stage=FirstStageConfig(
-            retrieval=settings.retrieval,
-            per_retriever=settings.per_retriever,
-            rrf_k=settings.rrf_k,
-            bm25_weight=settings.bm25_weight,
-            dense_weight=settings.dense_weight,
-        ),
-        policy=settings.policy,
-        rerank_timeout_s=settings.rerank_timeout_s,
-        **policy_params(settings),
-    )
-
-
-def policy_params(settings: Settings) -> dict:
-    """The policy parameters settings hold, by `PolicyParams`' names (the settings were made from them)."""
-    return {f.name: getattr(settings, f.name) for f in fields(PolicyParams)}
-
-
-def build_generator(chat, embedder: Embedder, context_tokens: int = 3000, answer_tokens: int = 512) -> Generator:
-    """The answer generator: the chat LLM (`build_chat`) with the extractive answer as its fallback, or the
-    extractive answer alone when there is no LLM. Cheap: connects to nothing."""
-    from funnel.generate.extractive import ExtractiveGenerator
-
-    extractive = ExtractiveGenerator(embedder)
-    if chat is None:
-        return extractive
-    from funnel.generate.llm import FallbackGenerator, LlmGenerator
-
-    llm = LlmGenerator(chat, context_tokens=context_tokens, max_answer_tokens=answer_tokens)
-    return FallbackGenerator(llm, extractive)
-
-
-def build_pipeline(settings: Settings) -> Pipeline:
-    config = search_config(settings)
-    store = index.open(settings.index)
-    embedder = embed.load(settings.embedder or index_embedder(store), settings.threads)
-    return Pipeline(
-        store=store,
-        embedder=embedder,
-        reranker=reranker_from_settings(settings),
-        generator=build_generator(
-            build_chat(settings), embedder, settings.llm_context_tokens, settings.llm_answer_tokens
-        ),
-        config=config,
-        max_tokens=settings.max_tokens,
-        limits=FileLimits.from_mb(settings.max_file_mb, settings.max_pdf_mb),
-        analyzer=settings.analyzer,
-    )
+def build_pipeline(settings: Settings, **parts) -> Pipeline:
+    """The pipeline the settings describe; `parts` already built (`reranker`, `chat`, ...) are shared."""
+    return Pipeline.build(settings.engine(), **parts)

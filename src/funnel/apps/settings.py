@@ -1,122 +1,271 @@
-"""Settings, read once at the edge: flags > FUNNEL_* environment > funnel.toml > defaults."""
+"""Settings, read once at the edge: flags > FUNNEL_* environment > funnel.toml > defaults.
+
+They come in sections, each generated from a config dataclass, so a default and its range are written once,
+in the dataclass (`funnel.engine_config` for the engine, the four below for the service):
+
+    index, embedder, threads                  (top level)
+    [search]    FirstStageConfig + GroupingConfig
+    [rerank]    RerankConfig
+    [llm]       LlmConfig
+    [ingest]    IngestConfig
+    [serve]     ServeConfig      [triage] TriageConfig
+    [slack]     SlackConfig      [database] DatabaseConfig
+
+In funnel.toml a section is a table (`[search]` then `k = 10`); in the environment `FUNNEL_SEARCH__K=10`.
+The flat names of earlier releases (`k`, `reranker`, `llm_model`, ...) still work for one release, and say
+once that they are deprecated (`DEPRECATED`).
+"""
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
-from dataclasses import fields
+import sys
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
-from pydantic import Field, SecretStr, ValidationError, create_model, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model, model_validator
+from pydantic_settings import (
+    BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource,
+)
 
-from funnel import analyze, embed, generate, rerank
+from funnel.config import range_text, setting
+from funnel.engine_config import EngineConfig, GroupingConfig, IngestConfig, LlmConfig, RerankConfig
 from funnel.errors import ConfigError
-from funnel.rerank.policies import RERANK_DEPTH, PolicyParams, RerankPolicy
-from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
+from funnel.retrieve.first_stage import FirstStageConfig
 
 
-class _Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml")
+@dataclass(frozen=True)
+class ServeConfig:
+    data_dir: Path = setting(Path(".funnel-data"), "collections (indexes + uploaded files)")
+    job_threads: int = setting(2, "threads running ingest and calibration jobs (0: `funnel worker` does)", ge=0,
+                               le=64)
+    job_lease_s: float = setting(30.0, "a job whose process stops renewing it is taken again after this", ge=1,
+                                 le=3600)
+    max_upload_mb: int = setting(50, "largest upload request, in MiB", ge=1, le=10_000)
+    api_key: str | None = setting(None, "required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, "
+                                        "/metrics", secret=True)
+    cors_origins: list[str] = setting([], 'origins allowed by CORS, e.g. ["http://localhost:5173"]')
+
+
+@dataclass(frozen=True)
+class TriageConfig:
+    repo: Path | None = setting(None, "the repository root (read_file is confined to it)")
+    incidents: Path = setting(Path(".funnel-incidents.sqlite"), "the incident database")
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    webhook_url: str | None = setting(None, "Slack incoming-webhook URL", secret=True)
+    timeout_s: float = setting(10.0, "bound on each attempt to post to Slack", gt=0)
+    retries: int = setting(4, "retries after a failed post (429, 5xx, down)", ge=0, le=10)
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    url: str | None = setting(None, "keep all service state in this PostgreSQL (postgresql://...), shared by "
+                                    "every process (serve, worker); unset: embedded under serve.data_dir",
+                              secret=True)
+    search_url: str | None = setting(None, "a streaming read replica of `url` where searches read the "
+                                           "collection indexes (everything else stays on `url`)", secret=True)
+
+    def __post_init__(self):
+        for name, url in (("url", self.url), ("search_url", self.search_url)):
+            if url is not None and url.split("://", 1)[0] not in ("postgresql", "postgres"):
+                raise ConfigError(f"invalid setting database.{name}: must be a postgresql:// URL")
+
+
+# Section -> the dataclasses its keys come from. A key is the field's name less a `<section>_` prefix
+# (RerankConfig's `rerank_weight` is [rerank] weight).
+SECTIONS: dict[str, tuple[type, ...]] = {
+    "search": (FirstStageConfig, GroupingConfig),
+    "rerank": (RerankConfig,),
+    "llm": (LlmConfig,),
+    "ingest": (IngestConfig,),
+    "serve": (ServeConfig,),
+    "triage": (TriageConfig,),
+    "slack": (SlackConfig,),
+    "database": (DatabaseConfig,),
+}
+TOP_LEVEL = ("index", "embedder", "threads")  # EngineConfig's own fields
+
+# The flat names of earlier releases -> "section.key". They work for one release and say so once.
+DEPRECATED: dict[str, str] = {
+    "k": "search.k", "candidates": "search.candidates", "per_retriever": "search.per_retriever",
+    "retrieval": "search.retrieval", "rrf_k": "search.rrf_k", "bm25_weight": "search.bm25_weight",
+    "dense_weight": "search.dense_weight",
+    "reranker": "rerank.backend", "rerank_model": "rerank.model", "rerank_api_key": "rerank.api_key",
+    "rerank_max_tokens": "rerank.max_tokens", "policy": "rerank.policy", "guaranteed": "rerank.guaranteed",
+    "rerank_weight": "rerank.weight", "rerank_rrf_k": "rerank.rrf_k", "rerank_gate": "rerank.gate",
+    "rerank_depth": "rerank.depth", "rerank_timeout_s": "rerank.timeout_s",
+    "llm": "llm.backend", "llm_model": "llm.model", "llm_api_key": "llm.api_key", "llm_completion": "llm.completion",
+    "llm_timeout_s": "llm.timeout_s", "llm_context_tokens": "llm.context_tokens",
+    "llm_answer_tokens": "llm.answer_tokens",
+    "max_tokens": "ingest.chunk_tokens", "analyzer": "ingest.analyzer", "max_file_mb": "ingest.max_file_mb",
+    "max_pdf_mb": "ingest.max_pdf_mb",
+    "data_dir": "serve.data_dir", "job_threads": "serve.job_threads", "job_lease_s": "serve.job_lease_s",
+    "max_upload_mb": "serve.max_upload_mb", "api_key": "serve.api_key", "cors_origins": "serve.cors_origins",
+    "repo": "triage.repo", "incidents": "triage.incidents",
+    "slack_webhook_url": "slack.webhook_url", "slack_timeout_s": "slack.timeout_s", "slack_retries": "slack.retries",
+    "database": "database.url", "search_database": "database.search_url",
+}
+
+
+def section_key(section: str, name: str) -> str:
+    return name.removeprefix(f"{section}_")
+
+
+def _fields(section: str):
+    """(key, dataclass field, its type) of each key of a section."""
+    for dc in SECTIONS[section]:
+        types = get_type_hints(dc)
+        for f in fields(dc):
+            if not is_dataclass(types[f.name]):
+                yield section_key(section, f.name), f, types[f.name]
+
+
+def _pydantic_field(f, kind) -> tuple[Any, Any]:
+    meta = dict(f.metadata)
+    secret = meta.pop("secret", False)
+    kind = (SecretStr | None) if secret else kind
+    default = {"default_factory": f.default_factory} if f.default is MISSING else {"default": f.default}
+    return kind, Field(**default, **meta)
+
+
+def _section_model(section: str) -> type[BaseModel]:
+    model = create_model(
+        f"{section.title()}Settings", __config__=ConfigDict(extra="forbid", frozen=True),
+        **{key: _pydantic_field(f, kind) for key, f, kind in _fields(section)},
+    )
+    model.__doc__ = f"[{section}]: " + ", ".join(dc.__name__ for dc in SECTIONS[section])
+    return model
+
+
+SECTION_MODELS = {name: _section_model(name) for name in SECTIONS}
+_TOP_FIELDS = {f.name: f for f in fields(EngineConfig) if f.name in TOP_LEVEL}
+_TOP_TYPES = get_type_hints(EngineConfig)
+
+
+def valid_names() -> list[str]:
+    """Every setting's name as `section.key` (top-level ones bare)."""
+    return [*TOP_LEVEL, *(f"{s}.{key}" for s in SECTIONS for key, _, _ in _fields(s))]
+
+
+def _nest(flat: dict[str, Any], say_where: str | None = None) -> dict[str, Any]:
+    """Flat names of earlier releases moved into their sections (saying so once when `say_where` names a
+    file or the environment); everything else as it is."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        target = DEPRECATED.get(name)
+        if target is None or (name in SECTIONS and isinstance(value, dict)):
+            out[name] = {**out.get(name, {}), **value} if isinstance(value, dict) else value
+            continue
+        section, key = target.split(".")
+        out.setdefault(section, {})
+        if isinstance(out[section], dict):
+            out[section].setdefault(key, value)
+        if say_where:
+            _say_deprecated(name, target, say_where)
+    return out
+
+
+_SAID: set[str] = set()
+
+
+def _say_deprecated(name: str, target: str, where: str) -> None:
+    if name in _SAID:
+        return
+    _SAID.add(name)
+    section, key = target.split(".")
+    print(f"funnel: setting {name!r} ({where}) is deprecated: use [{section}] {key} in funnel.toml, "
+          f"FUNNEL_{section.upper()}__{key.upper()} in the environment", file=sys.stderr)
+
+
+class _Toml(TomlConfigSettingsSource):
+    """funnel.toml with the flat names of earlier releases moved into their sections."""
+
+    def __call__(self) -> dict[str, Any]:
+        return _nest(super().__call__(), f"in {self.toml_file_path}")
+
+
+class _Env(EnvSettingsSource):
+    """FUNNEL_SECTION__KEY. FUNNEL_LLM and FUNNEL_DATABASE named a backend and a URL before they were
+    sections: _DeprecatedEnv reads those."""
+
+    def __init__(self, settings_cls, **kwargs):
+        super().__init__(settings_cls, **kwargs)
+        collide = {f"funnel_{name}" for name in DEPRECATED if name in SECTIONS}
+        self.env_vars = {k: v for k, v in self.env_vars.items() if k not in collide}
+
+
+class _DeprecatedEnv(PydanticBaseSettingsSource):
+    """FUNNEL_<FLAT NAME> of earlier releases, e.g. FUNNEL_K, moved into its section."""
+
+    def get_field_value(self, field, field_name):  # the whole mapping comes from __call__
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        environ = {k.upper(): v for k, v in os.environ.items()}
+        for name in DEPRECATED:
+            value = environ.get(f"FUNNEL_{name.upper()}")
+            if value is None:
+                continue
+            found[name] = json.loads(value) if name == "cors_origins" and value.startswith("[") else value
+        return _nest(found, "in the environment") if found else {}
+
+
+class Settings(BaseSettings):
+    """funnel's settings: flags > FUNNEL_* environment > funnel.toml > defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="FUNNEL_", extra="forbid", toml_file="funnel.toml",
+                                      env_nested_delimiter="__")
 
     # A string, not a Path: a postgresql:// URL must keep its double slash.
-    index: str = Field(".funnel", description="index directory or postgresql:// URL")
-    embedder: str | None = Field(
-        None, description=f"{embed.REGISTRY.help()} (default: the index's, else minilm)"
-    )
-    threads: int | None = Field(None, ge=1, description="inference threads (default: all cores)")
-    k: int = Field(5, ge=1, le=1000, description="documents returned")
-    candidates: int = Field(25, ge=1, le=1000, description="chunks handed to the second stage")
-    rerank_depth: int = Field(
-        RERANK_DEPTH, ge=1, le=1000,
-        description="the window's top chunks the reranker scores; the rest keep first-stage order below them",
-    )
-    rerank_max_tokens: int | None = Field(
-        None, ge=16, le=512,
-        description="longest (query, passage) pair an ONNX or sentence-transformers cross-encoder scores, in "
-                    "tokens (default: ONNX 192 or the model's own when shorter, sentence-transformers 256); the "
-                    "passage is cut to fit",
-    )
-    # The core dataclasses hold the defaults; a setting names one and checks its range.
-    per_retriever: int = Field(
-        FirstStageConfig.per_retriever, ge=1, le=10000, description="top-N from each of dense and BM25"
-    )
-    retrieval: Retrieval = FirstStageConfig.retrieval
-    rrf_k: float = Field(FirstStageConfig.rrf_k, gt=0, description="the first stage's RRF k (BM25 + dense)")
-    bm25_weight: float = Field(FirstStageConfig.bm25_weight, ge=0)
-    dense_weight: float = Field(FirstStageConfig.dense_weight, ge=0)
-    reranker: str = Field(
-        "builtin",
-        description=f"second-stage backend: {rerank.REGISTRY.help()}",
-    )
-    rerank_model: str | None = Field(None, description="model name sent to an HTTP rerank API")
-    rerank_api_key: SecretStr | None = Field(None, description="bearer token for an HTTP rerank API")
-    policy: RerankPolicy = Field(
-        RerankPolicy.AUTO, description="auto (the index's calibration) | none | replace | guaranteed_slots | rrf"
-    )
-    # ... and one setting per policy parameter, made from `PolicyParams` below the class.
-    rerank_timeout_s: float = Field(30.0, gt=0)
-    max_tokens: int | None = Field(None, ge=16, description="chunk size in embedder tokens")
-    analyzer: str = Field(
-        analyze.AUTO,
-        description=f"ingest: BM25 analysis of a new index: {' | '.join(analyze.names())} (auto: korean with "
-                    "Kiwi, else cjk; an existing index keeps its own)"
-    )
-    max_file_mb: float = Field(2.0, gt=0, description="ingest: larger text, Markdown and code files are skipped")
-    max_pdf_mb: float = Field(100.0, gt=0, description="ingest: larger PDFs are skipped")
-    llm: str = Field("none", description=f"LLM for answers and triage: {generate.REGISTRY.help()}")
-    llm_model: str | None = Field(None, description="model name sent to the LLM server")
-    llm_api_key: SecretStr | None = Field(None, description="bearer token for an OpenAI-compatible server")
-    llm_completion: bool = Field(False, description="base model without a chat template: use /v1/completions")
-    llm_timeout_s: float = Field(60.0, gt=0)
-    llm_context_tokens: int = Field(3000, ge=100, description="passages sent to the LLM, in tokens (approx.)")
-    llm_answer_tokens: int = Field(512, ge=8, description="longest LLM answer, in tokens")
-    repo: Path | None = Field(None, description="triage: the repository root (read_file is confined to it)")
-    slack_webhook_url: SecretStr | None = Field(None, description="triage: Slack incoming-webhook URL")
-    slack_timeout_s: float = Field(10.0, gt=0, description="triage: bound on each attempt to post to Slack")
-    slack_retries: int = Field(4, ge=0, le=10, description="triage: retries after a failed post (429, 5xx, down)")
-    incidents: Path = Field(Path(".funnel-incidents.sqlite"), description="triage: the incident database")
-    data_dir: Path = Field(Path(".funnel-data"), description="serve: collections (indexes + uploaded files)")
-    database: SecretStr | None = Field(
-        None, description="serve/worker: keep all service state in this PostgreSQL (postgresql://...), shared "
-                          "by every process; unset: embedded under data_dir"
-    )
-    search_database: SecretStr | None = Field(
-        None, description="serve: a streaming read replica of `database` where searches read the collection "
-                          "indexes (everything else stays on `database`)"
-    )
-    job_threads: int = Field(
-        2, ge=0, le=64, description="serve: threads running ingest and calibration jobs (0: `funnel worker` does)"
-    )
-    job_lease_s: float = Field(
-        30.0, ge=1, le=3600, description="serve/worker: a job whose process stops renewing it is taken again after this"
-    )
-    max_upload_mb: int = Field(50, ge=1, le=10_000, description="serve: largest upload request, in MiB")
-    api_key: SecretStr | None = Field(
-        None, description="serve: required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, /metrics"
-    )
-    cors_origins: list[str] = Field(
-        default_factory=list, description='serve: origins allowed by CORS, e.g. ["http://localhost:5173"]'
-    )
+    index: str = Field(_TOP_FIELDS["index"].default, description=_TOP_FIELDS["index"].metadata["description"])
+    embedder: str | None = Field(None, description=_TOP_FIELDS["embedder"].metadata["description"])
+    threads: int | None = Field(None, ge=1, description=_TOP_FIELDS["threads"].metadata["description"])
+    search: SECTION_MODELS["search"] = Field(default_factory=SECTION_MODELS["search"])  # type: ignore[valid-type]
+    rerank: SECTION_MODELS["rerank"] = Field(default_factory=SECTION_MODELS["rerank"])  # type: ignore[valid-type]
+    llm: SECTION_MODELS["llm"] = Field(default_factory=SECTION_MODELS["llm"])  # type: ignore[valid-type]
+    ingest: SECTION_MODELS["ingest"] = Field(default_factory=SECTION_MODELS["ingest"])  # type: ignore[valid-type]
+    serve: SECTION_MODELS["serve"] = Field(default_factory=SECTION_MODELS["serve"])  # type: ignore[valid-type]
+    triage: SECTION_MODELS["triage"] = Field(default_factory=SECTION_MODELS["triage"])  # type: ignore[valid-type]
+    slack: SECTION_MODELS["slack"] = Field(default_factory=SECTION_MODELS["slack"])  # type: ignore[valid-type]
+    database: SECTION_MODELS["database"] = Field(  # type: ignore[valid-type]
+        default_factory=SECTION_MODELS["database"])
 
-    @field_validator("database", "search_database")
+    @model_validator(mode="before")
     @classmethod
-    def _database_url(cls, value):
-        if value is not None and value.get_secret_value().split("://", 1)[0] not in ("postgresql", "postgres"):
-            raise ValueError("must be a postgresql:// URL")
-        return value
+    def _flat_names(cls, data: Any) -> Any:
+        """Flags and `Settings(...)` keywords may use the flat names; a flag wins over the same key in a
+        section that came from the environment or funnel.toml."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        flat = {n: data.pop(n) for n in list(data)
+                if n in DEPRECATED and not (n in SECTIONS and isinstance(data[n], (dict, BaseModel)))}
+        for name, value in flat.items():
+            section, key = DEPRECATED[name].split(".")
+            inner = data.get(section)
+            inner = inner.model_dump() if isinstance(inner, BaseModel) else dict(inner or {})
+            data[section] = {**inner, key: value}
+        if isinstance(data.get("index"), Path):
+            data["index"] = str(data["index"])  # open_store mends a URL a Path folded
+        return data
 
-    @field_validator("analyzer")
-    @classmethod
-    def _analyzer(cls, value: str) -> str:
-        if value not in analyze.names():
-            raise ValueError(f"must be one of {', '.join(analyze.names())}")
-        return value
-
-    @field_validator("index", mode="before")
-    @classmethod
-    def _index_text(cls, value):
-        return str(value) if isinstance(value, Path) else value  # open_store mends a URL a Path folded
+    @model_validator(mode="after")
+    def _checked(self) -> Settings:
+        """The dataclasses' own checks (an analyzer, a rerank policy's parameters, a database URL)."""
+        try:
+            self.engine()
+            for name in ("serve", "triage", "slack", "database"):
+                self.section(name)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -130,19 +279,35 @@ class _Settings(BaseSettings):
         named = os.environ.get("FUNNEL_CONFIG")
         if named and not Path(named).is_file():
             raise ConfigError(f"FUNNEL_CONFIG names {named}, which is not a file")
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=named or "funnel.toml")
-        return (init_settings, env_settings, toml)
+        toml = _Toml(settings_cls, toml_file=named or "funnel.toml")
+        return (init_settings, _Env(settings_cls), _DeprecatedEnv(settings_cls), toml)
+
+    def engine(self) -> EngineConfig:
+        """The engine's config these settings describe (ConfigError for a value the engine refuses)."""
+        return EngineConfig(
+            index=self.index, embedder=self.embedder, threads=self.threads,
+            first_stage=_dataclass(FirstStageConfig, "search", self.search),
+            grouping=_dataclass(GroupingConfig, "search", self.search),
+            rerank=_dataclass(RerankConfig, "rerank", self.rerank),
+            ingest=_dataclass(IngestConfig, "ingest", self.ingest),
+            llm=_dataclass(LlmConfig, "llm", self.llm),
+        )
+
+    def section(self, name: str):
+        """A service section as its dataclass (`ServeConfig`, ...), secrets as plain strings."""
+        return _dataclass(SECTIONS[name][0], name, getattr(self, name))
 
 
-def _policy_settings() -> dict:
-    """One setting per `PolicyParams` field: its name, type, default and range come from the core, so a new
-    policy parameter is added in `funnel/rerank/policies.py` alone."""
-    types = get_type_hints(PolicyParams)
-    return {f.name: (types[f.name], Field(f.default, **f.metadata)) for f in fields(PolicyParams)}
+def _dataclass(dc: type, section: str, values: BaseModel):
+    def plain(value):
+        return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+    return dc(**{f.name: plain(getattr(values, section_key(section, f.name))) for f in fields(dc)
+                 if not is_dataclass(get_type_hints(dc)[f.name])})
 
 
-Settings = create_model("Settings", __base__=_Settings, __module__=__name__, **_policy_settings())
-Settings.__doc__ = "funnel's settings: flags > FUNNEL_* environment > funnel.toml > defaults."
+def secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def load_settings(**overrides) -> Settings:
@@ -150,10 +315,35 @@ def load_settings(**overrides) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
-        where = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
-        raise ConfigError(" ".join(f"invalid setting {where}: {first['msg']}".split())) from None
+        raise ConfigError(_one_line(e.errors()[0])) from None
     except (OSError, ValueError, RecursionError) as e:  # unreadable or malformed funnel.toml
         source = os.environ.get("FUNNEL_CONFIG") or "funnel.toml"
         raise ConfigError(" ".join(f"cannot read settings from {source}: {e}".split())) from None
+
+
+def _one_line(error: dict) -> str:
+    """A pydantic error as one line: an unknown name with the nearest valid one, a value out of range with
+    the range."""
+    where = ".".join(str(p) for p in error["loc"]) or "settings"
+    shown = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
+    if error["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(where, [*valid_names(), *SECTIONS], n=1, cutoff=0.5)
+        bare = difflib.get_close_matches(where.rsplit(".", 1)[-1], valid_names(), n=1, cutoff=0.6)
+        hint = near or bare
+        return f"unknown setting {shown}" + (f"; did you mean {hint[0]}?" if hint else
+                                             f"; sections: {', '.join(SECTIONS)}")
+    if not error["loc"] and error["type"] == "value_error":  # a dataclass's own check: its message as it is
+        return str(error["ctx"]["error"])
+    meta = _metadata(error["loc"])
+    bounds = {k: meta[k] for k in ("ge", "gt", "le") if k in meta}
+    if bounds and error["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        return f"invalid setting {shown}: must be {range_text(bounds)}, got {error.get('input')!r}"
+    return " ".join(f"invalid setting {shown}: {error['msg']}".split())
+
+
+def _metadata(loc: tuple) -> dict:
+    if len(loc) == 1 and loc[0] in _TOP_FIELDS:
+        return dict(_TOP_FIELDS[loc[0]].metadata)
+    if len(loc) == 2 and loc[0] in SECTIONS:
+        return next((dict(f.metadata) for key, f, _ in _fields(loc[0]) if key == loc[1]), {})
+    return {}

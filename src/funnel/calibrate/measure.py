@@ -34,7 +34,7 @@ def retrieved(
     `sources` is None: judged queries edit nothing). A request asks for the search's window under the 1:1
     hybrid (every weighting is fused from the same two lists) and the replace policy (the window is scored
     once; every option orders those scores)."""
-    requests = [pipeline.plan(q.text, candidates=pipeline.config.candidates, policy=RerankPolicy.REPLACE,
+    requests = [pipeline.plan(q.text, candidates=pipeline.config.grouping.candidates, policy=RerankPolicy.REPLACE,
                               retrieval=Retrieval.HYBRID) for q in queries]
     with tempfile.TemporaryDirectory(prefix="funnel-calibrate-") as tmp:
         searched = pipeline if sources is None else pipeline.over(
@@ -75,7 +75,7 @@ def second_stage_rr(
     """Each second-stage option's reciprocal rank per query, over the chosen first stage's windows: each
     window scored once by `Pipeline.second_stage` (its depth, timeout and score checks), and every option's
     order made from those scores as the second stage makes it (`ordered`)."""
-    policies = {o.name: pipeline.config.policy_of(o.policy, o.weight, o.gate) for o in MEASURED}
+    policies = {o.name: pipeline.config.rerank.policy_of(o.policy, o.weight, o.gate) for o in MEASURED}
     rr: dict[str, list[float]] = {option.name: [] for option in MEASURED}
     for done, (query, request, window) in enumerate(zip(queries, requests, windows), start=1):
         scores = _scores(pipeline, request, window)

@@ -7,16 +7,14 @@ import re
 from dataclasses import dataclass
 
 from funnel.errors import ConfigError
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import PolicyChoice, RerankPolicy
 from funnel.retrieve.first_stage import Retrieval
 
 DEFAULT = (
     "bm25,dense,hybrid,hybrid+rerank(replace),hybrid+rerank(guaranteed_slots),hybrid+rerank(rrf),default"
 )
 DEFAULT_VARIANT = "default"
-_SPEC = re.compile(
-    r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[a-z_]+)(?::(?P<weight>[0-9.]+))?(?:\|gate:(?P<gate>[0-9.]+))?\))?$"
-)
+_SPEC = re.compile(r"^(?P<base>[a-z0-9]+)(?:\+rerank\((?P<policy>[^()]*)\))?$")  # POLICY: PolicyChoice.parse
 
 
 @dataclass(frozen=True)
@@ -51,22 +49,14 @@ class Variant:
         retrieval = Retrieval.parse(match["base"])
         if retrieval is Retrieval.AUTO:
             raise ConfigError(f"bad variant {spec!r}: the calibrated first stage is the `default` variant")
-        policy = RerankPolicy.parse(match["policy"]) if match["policy"] else RerankPolicy.NONE
-        if policy is RerankPolicy.AUTO:
+        try:
+            choice = PolicyChoice.parse(match["policy"]) if match["policy"] else PolicyChoice(RerankPolicy.NONE)
+        except ConfigError as e:
+            raise ConfigError(f"bad variant {spec!r}: {e}") from None
+        if choice.kind is RerankPolicy.AUTO:
             raise ConfigError(f"bad variant {spec!r}: the calibrated policy is the `default` variant")
-        weight, gate = 1.0, None
-        for part in ("weight", "gate"):
-            if match[part] is None:
-                continue
-            if policy is not RerankPolicy.RRF:
-                raise ConfigError(f"bad variant {spec!r}: only rrf takes a {part}, e.g. hybrid+rerank(rrf:0.5) "
-                                  "or hybrid+rerank(rrf:1|gate:0.2)")
-            try:
-                value = float(match[part])
-            except ValueError:
-                raise ConfigError(f"bad variant {spec!r}: {match[part]!r} is not a number") from None
-            weight, gate = (value, gate) if part == "weight" else (weight, value)
-        return cls(spec, retrieval, policy, weight, gate)
+        weight = 1.0 if choice.weight is None else choice.weight
+        return cls(spec, retrieval, choice.kind, weight, choice.gate)
 
 
 def parse_variants(specs: str) -> list[Variant]:

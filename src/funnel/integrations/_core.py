@@ -19,13 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
-from funnel.apps.factory import build_pipeline, policy_params, reranker_from_settings
+from funnel.apps.factory import build_pipeline, reranker_from_settings
 from funnel.apps.settings import Settings, load_settings
 from funnel.errors import ConfigError, FunnelError, StoreError
 from funnel.index import location_label
 from funnel.pipeline import Pipeline
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import Policy, PolicyParams, RerankPolicy, second_stage
+from funnel.rerank.policies import Policy, RerankPolicy, second_stage
 from funnel.types import Candidate, Chunk, DocumentHit, Hit, SearchResult
 
 # The policy a reranker over another retriever's documents runs under unless told otherwise: `auto` reads
@@ -67,9 +67,7 @@ def open_pipeline(
             raise ConfigError("give either a pipeline or settings names, not both")
         return pipeline
     settings, given = _settings(reranker, names)
-    pipeline = build_pipeline(settings)
-    if given is not None:
-        pipeline.reranker = given
+    pipeline = build_pipeline(settings, **({"reranker": given} if given is not None else {}))
     if pipeline.store.info() is None:
         label = location_label(settings.index)
         raise StoreError(f"no index at {label}: run `funnel ingest PATH --index {label}` first")
@@ -90,20 +88,22 @@ class SecondStage:
 
     reranker: Reranker | None
     policy: Policy
-    timeout_s: float
+    timeout_s: float | None
+    depth: int | None  # the incoming texts' top the reranker scores; the rest keep their order below (None: all)
 
     @classmethod
     def from_names(cls, reranker: str | Reranker | None = "builtin", policy: str | RerankPolicy | None = None,
                    **names) -> SecondStage:
         """From settings names (`reranker`, `policy`, `guaranteed`, `rerank_timeout_s`, `rerank_weight`,
-        `rerank_rrf_k`, `rerank_model`, `rerank_api_key`). Raises FunnelError."""
+        `rerank_rrf_k`, `rerank_depth`, `rerank_model`, `rerank_api_key`). Raises FunnelError."""
         policy = DEFAULT_RERANK_POLICY if policy is None else RerankPolicy.parse(policy)
         if policy is RerankPolicy.AUTO:
             raise ConfigError("policy auto reads an index's calibration; over another retriever's documents "
                               "use none, replace, guaranteed_slots or rrf")
         settings, given = _settings(reranker, {**names, "policy": policy})
         built = given if given is not None else reranker_from_settings(settings)
-        return cls(built, PolicyParams(**policy_params(settings)).policy_of(policy), settings.rerank_timeout_s)
+        rerank = settings.engine().rerank
+        return cls(built, rerank.policy_of(policy), rerank.timeout_s, rerank.depth)
 
     def rerank(self, query: str, texts: Sequence[str], keys: Sequence[str] | None = None) -> list[Reranked]:
         """Every text, in the final order. `keys[i]` names the document text i belongs to (a guaranteed slot
@@ -113,7 +113,7 @@ class SecondStage:
         if not query:
             raise ConfigError("the query is empty")
         candidates = [_candidate(i, text, keys[i] if keys else None) for i, text in enumerate(texts)]
-        result = second_stage(query, candidates, self.reranker, self.policy, self.timeout_s)
+        result = second_stage(query, candidates, self.reranker, self.policy, self.timeout_s, self.depth)
         status = {"rerank_status": result.status.value, "rerank_reason": result.reason,
                   "policy": self.policy.kind.value}
         return [Reranked(h.candidate.fused_rank - 1, {**rerank_metadata(h), **status}) for h in result.hits]

@@ -31,6 +31,7 @@ from funnel.apps.settings import Settings
 from funnel.apps.triage.schema import ErrorReport, TriageResult
 from funnel.errors import ConfigError, FunnelError, NotFound
 from funnel.index import location_label, open_store
+from funnel.rerank.policies import RerankPolicy
 from funnel.integrations._core import document_metadata
 from funnel.pipeline import Pipeline
 from funnel.types import Chunk, DocumentHit, SearchResult
@@ -52,7 +53,7 @@ KArg = Annotated[
     int | None, Field(ge=1, le=50, description="documents to return (default: the configured k)")
 ]
 PolicyArg = Annotated[
-    str | None, Field(description="auto | none | replace | guaranteed_slots | rrf (default: as configured)")
+    str | None, Field(description=f"{RerankPolicy.help()} (default: as configured)")
 ]
 
 
@@ -188,7 +189,7 @@ class Collections:
         from funnel.apps.state.home import NAME, EmbeddedHome  # here: only this tool reads serve's folders
 
         found = {DEFAULT_COLLECTION: self.settings.index}
-        home = EmbeddedHome(Path(self.settings.data_dir))  # funnel serve's folders (not its database)
+        home = EmbeddedHome(Path(self.settings.serve.data_dir))  # funnel serve's folders (not its database)
         for name in sorted(n for n in home.names() if NAME.match(n)):
             found[SERVE_PREFIX + name] = str(home.root / name / "index")
         return found
@@ -204,10 +205,8 @@ class Collections:
         name, location = self.resolve(name)
         with self._lock:
             if name not in self._pipelines:
-                pipeline = build_pipeline(self.settings.model_copy(update={"index": location}))
-                if self._pipelines:
-                    pipeline.reranker = next(iter(self._pipelines.values())).reranker
-                self._pipelines[name] = pipeline
+                shared = {"reranker": next(iter(self._pipelines.values())).reranker} if self._pipelines else {}
+                self._pipelines[name] = build_pipeline(self.settings.model_copy(update={"index": location}), **shared)
             return name, self._pipelines[name]
 
 
@@ -309,7 +308,7 @@ class FunnelTools:
         """The triage service, built and its repository indexed (incrementally) on first use."""
         from funnel.apps.triage.build import build_triage, default_repo_index
 
-        repo = self.settings.repo
+        repo = self.settings.triage.repo
         if repo is None:
             raise ConfigError("triage needs a repository: start `funnel mcp --repo DIR` (or set FUNNEL_REPO)")
         with self._triage_lock:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 # the options that trust it most lose less (rrf:1 +0.035 on CACM) and the gentlest moves -0.023..+0.018 (n.s.)
 # (BENCHMARKS.md, "Rerank depth and pair length").
 RERANK_DEPTH = 15
+# How long one reranking call may take before the first-stage order stands (status fallback).
+RERANK_TIMEOUT_S = 30.0
 
 
 class RerankPolicy(Choice):
@@ -169,6 +171,73 @@ class PolicyParams:
         return Replace() if kind is RerankPolicy.REPLACE else FirstStageOnly()
 
 
+# What the calibration and results call the `none` policy: the first stage's order.
+FIRST_STAGE_LABEL = "first_stage"
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """A policy as one string names it, and the one parser of those strings: `none` (or `first_stage`),
+    `replace`, `guaranteed_slots`, `rrf`, `rrf:W`, `rrf:W|gate:G`, `auto`. Settings, eval variants
+    (`hybrid+rerank(rrf:0.5)`), the calibration's options, a result's `policy` label (`auto: rrf:1|gate:0.2`)
+    and the API all read and write this form. `weight`/`gate` None: the configured `PolicyParams`' own."""
+
+    kind: RerankPolicy
+    weight: float | None = None
+    gate: float | None = None
+
+    def __post_init__(self):
+        for what, value in (("weight", self.weight), ("gate", self.gate)):
+            if self.kind is not RerankPolicy.RRF and value is not None:
+                raise ConfigError(f"only rrf takes a {what}, e.g. rrf:0.5 or rrf:1|gate:0.2; not {self.kind.value}")
+        for what, value in (("the reranker weight", self.weight), ("the rerank gate", self.gate)):
+            if value is not None:
+                _not_negative(what, value)
+
+    @classmethod
+    def parse(cls, text: str | RerankPolicy | PolicyChoice) -> PolicyChoice:
+        """`rrf:0.5|gate:0.2` -> PolicyChoice(RRF, 0.5, 0.2); a result's label `auto: X` -> X. ConfigError
+        naming the valid forms for anything else."""
+        if isinstance(text, PolicyChoice):
+            return text
+        if isinstance(text, RerankPolicy):
+            return cls(text)
+        text = text.strip().removeprefix("auto:").strip()
+        head, bar, gated = text.partition("|")
+        name, colon, weighted = head.partition(":")
+        kind = RerankPolicy.NONE if name == FIRST_STAGE_LABEL else RerankPolicy.parse(name)
+        if bar and not gated.startswith("gate:"):
+            raise ConfigError(f"bad policy {text!r}; expected e.g. rrf:1|gate:0.2")
+        weight = _number(weighted, text) if colon else None
+        gate = _number(gated.removeprefix("gate:"), text) if bar else None
+        return cls(kind, weight, gate)
+
+    @property
+    def label(self) -> str:
+        """The string `parse` reads back: `rrf:1|gate:0.2`, `guaranteed_slots`, `first_stage` for none."""
+        if self.kind is RerankPolicy.NONE:
+            return FIRST_STAGE_LABEL
+        if self.kind is not RerankPolicy.RRF or (self.weight is None and self.gate is None):
+            return self.kind.value
+        return f"rrf:{1.0 if self.weight is None else self.weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
+
+    def policy(self, params: PolicyParams) -> Policy:
+        """The policy object, its parameters from `params` where this choice does not set them."""
+        return params.policy_of(self.kind, self.weight, self.gate)
+
+    @staticmethod
+    def forms() -> str:
+        """Every form for a help text, generated from `RerankPolicy`."""
+        return f"{RerankPolicy.help()} (rrf takes rrf:WEIGHT and |gate:LEAD, e.g. rrf:1|gate:0.2)"
+
+
+def _number(text: str, whole: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"bad policy {whole!r}: {text!r} is not a number") from None
+
+
 @dataclass(frozen=True)
 class SecondStageResult:
     hits: list[Hit]
@@ -182,7 +251,7 @@ def second_stage(
     candidates: list[Candidate],
     reranker: Reranker | None,
     policy: Policy | RerankPolicy,
-    timeout_s: float | None = 30.0,
+    timeout_s: float | None = RERANK_TIMEOUT_S,
     depth: int | None = None,
 ) -> SecondStageResult:
     """The reranker's scores under `policy`, or the first-stage order on any failure. A policy's name

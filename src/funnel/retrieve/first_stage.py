@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from funnel.embed.base import Embedder, embed_queries
-from funnel.config import Choice
+from funnel.config import Choice, check_ranges, setting
 from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.retrieve.fusion import rrf
 from funnel.types import Candidate, Chunk
@@ -29,11 +29,15 @@ class Retrieval(Choice):
 
 @dataclass(frozen=True)
 class FirstStageConfig:
-    retrieval: Retrieval = Retrieval.AUTO
-    per_retriever: int = 50  # N from each of dense and BM25
-    rrf_k: float = 60.0
-    bm25_weight: float = 1.0
-    dense_weight: float = 1.0
+    retrieval: Retrieval = setting(Retrieval.AUTO, f"the first stage: {Retrieval.help()} (auto: as the index's "
+                                                    "calibration chose, else hybrid)")
+    per_retriever: int = setting(50, "top-N from each of dense and BM25", ge=1, le=10000)
+    rrf_k: float = setting(60.0, "the first stage's RRF k (BM25 + dense)", gt=0)
+    bm25_weight: float = setting(1.0, "BM25's weight in the fusion", ge=0)
+    dense_weight: float = setting(1.0, "the dense list's weight in the fusion", ge=0)
+
+    def __post_init__(self):
+        check_ranges(self)
 
 
 @dataclass(frozen=True)

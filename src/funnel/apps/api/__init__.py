@@ -32,7 +32,7 @@ from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from funnel.apps.api.rewrite import QueryRewriter
 from funnel.apps.api.watched import WatchedFolders
-from funnel.apps.factory import build_chat, build_generator, reranker_from_settings, search_config
+from funnel.apps.factory import build_chat, build_generator, reranker_from_settings
 from funnel.apps.settings import Settings
 from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.metrics import open_metrics
@@ -49,13 +49,14 @@ MIN_KEY_CHARS = 8
 
 
 def create_app(settings: Settings, reranker: Reranker | None = None, triage=None, watch=()) -> FastAPI:
-    """The API over `settings`. `reranker` replaces the one `settings.reranker` names (tests inject one);
+    """The API over `settings`. `reranker` replaces the one `settings.rerank.backend` names (tests inject one);
     a bad spec fails here, before the server starts listening. Nothing is loaded or written here: the
     embedder loads on first use, a collection's folder appears when it is first used. Triage is served when
-    `triage` (a TriageService) is given or `settings.repo` names a repository; the repository is indexed
-    (incrementally) at start-up, and reports are analysed by the job workers (`settings.job_threads`). `watch` (WatchSpecs, `funnel serve --watch`) names folders kept in sync
-    with collections of their own, by watcher threads that start and stop with the app."""
-    if settings.api_key is not None and len(settings.api_key.get_secret_value().strip()) < MIN_KEY_CHARS:
+    `triage` (a TriageService) is given or `settings.triage.repo` names a repository; the repository is indexed
+    (incrementally) at start-up, and reports are analysed by the job workers (`settings.serve.job_threads`).
+    `watch` (WatchSpecs, `funnel serve --watch`) names folders kept in sync with collections of their own, by watcher threads that start and stop with the app."""
+    api_key = settings.section("serve").api_key
+    if api_key is not None and len(api_key.strip()) < MIN_KEY_CHARS:
         raise ConfigError(f"api_key must be at least {MIN_KEY_CHARS} characters (leave it unset for no auth)")
     reranker = reranker if reranker is not None else reranker_from_settings(settings)
     chat = build_chat(settings)
@@ -81,7 +82,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.library = library
     if watch and library.home.shared:
         raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
-    state.watched = WatchedFolders(library, list(watch), ignore=[settings.data_dir])
+    state.watched = WatchedFolders(library, list(watch), ignore=[settings.serve.data_dir])
     state.metrics = open_metrics(db)
     state.conversations = open_conversations(db)
     state.rewriter = QueryRewriter(chat)
@@ -95,9 +96,8 @@ def services_for(settings: Settings, reranker: Reranker | None, chat) -> Service
     embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
     return Services(
         embedder=embedder, reranker=reranker,
-        generator=build_generator(chat, embedder, settings.llm_context_tokens, settings.llm_answer_tokens),
-        config=search_config(settings), max_tokens=settings.max_tokens,
-        max_upload_bytes=settings.max_upload_mb * 2**20,
+        generator=build_generator(chat, embedder, settings.engine().llm),
+        config=settings.engine(), max_upload_bytes=settings.serve.max_upload_mb * 2**20,
     )
 
 
@@ -120,8 +120,8 @@ async def _lifespan(app: FastAPI):
         await run_in_threadpool(warm_up)
     if state.triage_queue is not None:  # before the first report: what the last run left is interrupted
         await run_in_threadpool(state.triage_queue.start)
-    if state.triage is not None and state.settings.repo is not None:
-        await run_in_threadpool(state.triage.pipeline.ingest, [state.settings.repo])
+    if state.triage is not None and state.settings.triage.repo is not None:
+        await run_in_threadpool(state.triage.pipeline.ingest, [state.settings.triage.repo])
     await run_in_threadpool(state.watched.start)
     try:
         yield
@@ -149,14 +149,14 @@ def _add_routes(app: FastAPI) -> None:
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
-    app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_mb * 2**20)
-    if settings.api_key is not None:
-        app.add_middleware(ApiKeyAuth, key=settings.api_key.get_secret_value())
+    app.add_middleware(BodyLimit, upload_bytes=settings.serve.max_upload_mb * 2**20)
+    if settings.serve.api_key is not None:
+        app.add_middleware(ApiKeyAuth, key=settings.serve.api_key.get_secret_value())
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
-    if settings.cors_origins:
+    if settings.serve.cors_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=settings.cors_origins,
+            allow_origins=settings.serve.cors_origins,
             allow_methods=["*"],
             allow_headers=["*"],
         )

@@ -31,7 +31,8 @@ from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
 from funnel.ingest import SourceFile, load
-from funnel.pipeline import Pipeline, SearchConfig
+from funnel.engine_config import EngineConfig
+from funnel.pipeline import Pipeline
 from funnel.rerank.base import Reranker
 from funnel.types import Chunk, SearchResult
 
@@ -62,8 +63,7 @@ class Services:
     embedder: Embedder
     reranker: Reranker | None
     generator: Generator
-    config: SearchConfig
-    max_tokens: int | None
+    config: EngineConfig  # the collections' pipelines are built from it, limits and analyzer included
     max_upload_bytes: int
 
 
@@ -139,8 +139,8 @@ class Collection:
         with self._pipeline_lock:
             if id(store) not in self._pipelines:
                 s = self._services
-                self._pipelines[id(store)] = Pipeline(
-                    store, s.embedder, s.reranker, s.generator, s.config, s.max_tokens
+                self._pipelines[id(store)] = Pipeline.build(
+                    s.config, store=store, embedder=s.embedder, reranker=s.reranker, generator=s.generator
                 )
             return self._pipelines[id(store)]
 

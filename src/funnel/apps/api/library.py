@@ -216,26 +216,26 @@ class Library:
 
 def open_library(settings, services: Services, workers: int | None = None, db=None) -> Library:
     """The service's collections where `settings` keep them: the service database (`db`, built from
-    `settings.database` when not given), shared by every process, or folders under `settings.data_dir`.
+    `[database] url` when not given), shared by every process, or folders under `[serve] data_dir`.
     `workers`: job threads (default: the setting)."""
-    threads = settings.job_threads if workers is None else workers
-    if settings.database is None and settings.search_database is not None:
+    threads = settings.serve.job_threads if workers is None else workers
+    if settings.database.url is None and settings.database.search_url is not None:
         raise ConfigError("search_database is a read replica of the service database: set database "
                           "(--database or FUNNEL_DATABASE) too")
-    if settings.database is None:
+    if settings.database.url is None:
         db = None
         threads = max(threads, 1)  # an in-process queue has no other worker: job_threads 0 would stall it
     else:
         db = db if db is not None else open_database(settings)
-    replica = settings.search_database.get_secret_value() if settings.search_database else None
-    home = open_home(db, settings.data_dir, replica)
-    return Library(home, services, open_jobs(db), workers=threads, lease_s=settings.job_lease_s)
+    replica = settings.section("database").search_url
+    home = open_home(db, settings.serve.data_dir, replica)
+    return Library(home, services, open_jobs(db), workers=threads, lease_s=settings.serve.job_lease_s)
 
 
 def open_database(settings):
-    """The service database `settings.database` names (a pool that connects on first use), or None."""
-    if settings.database is None:
+    """The service database `settings.database.url` names (a pool that connects on first use), or None."""
+    if settings.database.url is None:
         return None
     from funnel.apps.state.db import Database
 
-    return Database(settings.database.get_secret_value())
+    return Database(settings.database.url.get_secret_value())

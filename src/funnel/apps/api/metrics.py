@@ -27,10 +27,10 @@ def health(request: Request) -> dict:
         "collections": len(state.library.names()),
         # What the second stage does on each collection (the `auto` policy) and why.
         "calibration": state.library.calibrations(),
-        "auth": state.settings.api_key is not None,
+        "auth": state.settings.serve.api_key is not None,
         # Where the state is and where searches read the indexes (no user or password).
-        "database": _label(state.settings.database),
-        "search_database": _label(state.settings.search_database),
+        "database": _label(state.settings.database.url),
+        "search_database": _label(state.settings.database.search_url),
         # Folders kept in sync (`funnel serve --watch`): when each last synced, what changed, the last error.
         "watched": state.watched.statuses(),
     }

@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field
 
 from funnel.apps.state.documents import DocumentRecord
+from funnel.rerank.policies import RerankPolicy
+from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Answer, Chunk, Citation, DocumentHit, Hit, SearchResult
 
 MAX_QUESTION_CHARS = 8000  # the pipeline cuts the query at 4000 and says so in `notes`
@@ -104,7 +106,7 @@ class ChunkOut(ChunkPlace):
 class SearchRequest(BaseModel):
     query: Text
     k: int | None = Field(None, ge=1, le=MAX_K, description="documents returned (default: the server's k)")
-    policy: str | None = Field(None, description="none | replace | guaranteed_slots | rrf")
+    policy: str | None = Field(None, description=RerankPolicy.help())
     explain: bool = Field(False, description="also list every candidate with its rank at every stage")
 
 
@@ -154,7 +156,7 @@ class SearchResponse(BaseModel):
     rerank_status: str = Field(description="ok | skipped | fallback")
     rerank_reason: str
     policy: str
-    first_stage: str = Field(description="hybrid | bm25 | dense, or auto: the index's calibrated choice")
+    first_stage: str = Field(description=f"{Retrieval.help()}; `auto: X` when the index's calibration chose X")
     timings_ms: dict[str, float]
     notes: list[str]
 
@@ -179,7 +181,7 @@ class SearchResponse(BaseModel):
 class AskRequest(BaseModel):
     question: Text
     k: int | None = Field(None, ge=1, le=MAX_K)
-    policy: str | None = Field(None, description="none | replace | guaranteed_slots | rrf")
+    policy: str | None = Field(None, description=RerankPolicy.help())
     conversation_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="continue this conversation (an unknown id starts a new one under that id)",

@@ -18,6 +18,8 @@ from rich.text import Text
 from funnel import embed, generate, rerank
 from funnel.apps.settings import load_settings
 from funnel.errors import FunnelError
+from funnel.rerank.policies import RerankPolicy
+from funnel.retrieve.first_stage import Retrieval
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
 # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns in logs.
@@ -36,8 +38,8 @@ IndexOpt = Annotated[
 ]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help=embed.REGISTRY.help())]
 KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
-PolicyOpt = Annotated[Optional[str], typer.Option(help="none | replace | guaranteed_slots | rrf")]
-RetrievalOpt = Annotated[Optional[str], typer.Option(help="hybrid | bm25 | dense")]
+PolicyOpt = Annotated[Optional[str], typer.Option(help=RerankPolicy.help())]
+RetrievalOpt = Annotated[Optional[str], typer.Option(help=Retrieval.help())]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 RerankerOpt = Annotated[Optional[str], typer.Option(help=rerank.REGISTRY.help())]
 LLM_HELP = generate.REGISTRY.help()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict
 
 from rich.table import Table
 from rich.text import Text
 
 from funnel.apps.cli.common import err, out, styled
-from funnel.rerank.policies import Rrf
+from funnel.errors import ConfigError
+from funnel.rerank.policies import PolicyChoice, Rrf
 from funnel.types import Answer, SearchResult
 
 
@@ -84,14 +84,21 @@ def window_note(result: SearchResult) -> str:
     if filled:
         line += (f"; the cap of chunks per document would have left {n - filled}, so {filled} chunks past "
                  "the cap (marked) filled the window")
-    gate = re.search(r"\|gate:([0-9.]+)", result.policy)
+    needed = _gate(result.policy)
     scores = sorted((h.rerank_score for h in result.hits if h.rerank_score is not None), reverse=True)
-    if gate and len(scores) > 1:
-        needed = float(gate[1])
+    if needed and len(scores) > 1:
         line += (f"; its best score led its second by {scores[0] - scores[1]:.3f}, " + (
             f"at least the gate {needed:g}, so it reordered" if Rrf(gate=needed).sure(scores)
             else f"under the gate {needed:g}, so the first-stage order stands"))
     return line
+
+
+def _gate(label: str) -> float | None:
+    """The gate a result's policy label names (`auto: rrf:1|gate:0.2` -> 0.2), if any."""
+    try:
+        return PolicyChoice.parse(label).gate
+    except ConfigError:
+        return None
 
 
 def print_calibration_note(pipeline) -> None:

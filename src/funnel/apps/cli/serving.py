@@ -53,7 +53,7 @@ def serve(
     api = create_app(settings, watch=specs)
     if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
         api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
-    warning = exposure_warning(host, settings.api_key is not None)
+    warning = exposure_warning(host, settings.serve.api_key is not None)
     if warning:
         err.print(styled("warning:", "yellow", warning))
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
@@ -70,13 +70,13 @@ def serve(
 
 def state_label(settings) -> str:
     """Where the service keeps its state, without a password."""
-    if settings.database is None:
-        return str(settings.data_dir)
+    if settings.database.url is None:
+        return str(settings.serve.data_dir)
     from funnel.apps.state.db import url_label
 
-    label = url_label(settings.database.get_secret_value())
-    if settings.search_database is not None:
-        label += f", searches on the replica {url_label(settings.search_database.get_secret_value())}"
+    label = url_label(settings.database.url.get_secret_value())
+    if settings.database.search_url is not None:
+        label += f", searches on the replica {url_label(settings.database.search_url.get_secret_value())}"
     return label
 
 
@@ -86,7 +86,7 @@ def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, 
 
     import uvicorn
 
-    if settings.database is None:
+    if settings.database.url is None:
         raise ConfigError("--workers N runs N processes, which share state only through a database: add "
                           "--database postgresql://... (or FUNNEL_DATABASE)")
     if watching:
@@ -94,8 +94,8 @@ def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, 
     for name, value in flags.items():  # the processes read the flags as their environment
         if value is not None:
             os.environ[f"FUNNEL_{name.upper()}"] = str(value)
-    if exposure_warning(host, settings.api_key is not None):
-        err.print(styled("warning:", "yellow", exposure_warning(host, settings.api_key is not None)))
+    if exposure_warning(host, settings.serve.api_key is not None):
+        err.print(styled("warning:", "yellow", exposure_warning(host, settings.serve.api_key is not None)))
     err.print(f"funnel serving on http://{host}:{port} with {workers} processes (data: {state_label(settings)}); "
               "docs at /docs")
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
@@ -115,17 +115,17 @@ def worker(
     FUNNEL_REPO names the repository) from the database's queue, beside or instead of `funnel serve`'s own
     threads, until Ctrl-C or SIGTERM. A job this worker leaves half-done goes back to the queue for another."""
     settings = settings_from(database=database, embedder=embedder, reranker=reranker, llm=llm)
-    if settings.database is None:
+    if settings.database.url is None:
         raise ConfigError("funnel worker takes its jobs from the service database: give --database "
                           "postgresql://... (or FUNNEL_DATABASE)")
     library, triage = worker_library(settings, threads)
-    doing = f" and triage of {settings.repo}" if triage is not None else ""
+    doing = f" and triage of {settings.triage.repo}" if triage is not None else ""
     err.print(f"funnel worker: {threads} threads on {library.home.db.label}{doing} (Ctrl-C stops)")
     _run_until_stopped(library.close)
 
 
 def worker_library(settings, threads: int):
-    """`funnel worker`'s collections and job threads, and its triage when `settings.repo` configures one
+    """`funnel worker`'s collections and job threads, and its triage when `settings.triage.repo` configures one
     (its repository indexed first, as `funnel serve` does at start-up)."""
     from funnel.apps.api import services_for
     from funnel.apps.api.library import open_database, open_library
@@ -134,9 +134,9 @@ def worker_library(settings, threads: int):
 
     reranker, chat, db = reranker_from_settings(settings), build_chat(settings), open_database(settings)
     service = None
-    if settings.repo is not None:
+    if settings.triage.repo is not None:
         service = build_triage(settings, reranker=reranker, chat=chat, db=db)
-        service.pipeline.ingest([settings.repo])  # before its first job: the analysis reads the index
+        service.pipeline.ingest([settings.triage.repo])  # before its first job: the analysis reads the index
     library = open_library(settings, services_for(settings, reranker, chat), workers=threads, db=db)
     return library, queued_triage(settings, library, service)
 
@@ -202,8 +202,8 @@ def mcp_(
         if not (e.name or "").startswith("mcp"):  # the SDK (mcp, mcp_types) is missing, not a part of funnel
             raise
         raise missing_dependency("funnel mcp", "mcp", "mcp") from None
-    if settings.repo is not None and not settings.repo.is_dir():
-        raise ConfigError(f"the repository {settings.repo} is not a directory")
+    if settings.triage.repo is not None and not settings.triage.repo.is_dir():
+        raise ConfigError(f"the repository {settings.triage.repo} is not a directory")
     if http and exposure_warning(host, has_api_key=False):
         err.print(styled("warning:", "yellow", f"listening on {host}: the MCP endpoint has no authentication; "
                                                "anyone who can reach this port can search these documents"))

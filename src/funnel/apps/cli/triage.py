@@ -33,12 +33,12 @@ def triage(
         index = default_repo_index(repo)
     settings = settings_from(index=index, repo=repo, llm=llm, reranker=reranker)
     try:
-        if settings.repo is not None and not settings.repo.is_dir():
-            raise ConfigError(f"the repository {settings.repo} is not a directory")
+        if settings.triage.repo is not None and not settings.triage.repo.is_dir():
+            raise ConfigError(f"the repository {settings.triage.repo} is not a directory")
         text = read_trace(trace)
         if not text.strip() and not message.strip():
             raise ConfigError("the trace is empty; give a trace or --message")
-        if settings.repo is not None:
+        if settings.triage.repo is not None:
             ingest_repo(settings, err)
         outcome = run_triage(settings, text, message, service, slack)
     except KeyboardInterrupt:

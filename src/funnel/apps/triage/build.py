@@ -30,24 +30,22 @@ def build_triage(settings: Settings, slack: bool = True, reranker=None, chat=Non
     built them already), are shared instead of built twice; so is `db`, the service database (`funnel serve
     --database`), which then holds the incidents and the alert dedupe every process shares. The repository's index is `settings.index`
     when one was set, else `default_repo_index(repo)` (the one `funnel triage --repo` uses)."""
-    repo = settings.repo.resolve() if settings.repo else None
+    repo = settings.triage.repo.resolve() if settings.triage.repo else None
     if repo is not None and not repo.is_dir():
-        raise ConfigError(f"the repository {settings.repo} is not a directory")
-    webhook = settings.slack_webhook_url.get_secret_value() if settings.slack_webhook_url and slack else None
+        raise ConfigError(f"the repository {settings.triage.repo} is not a directory")
+    webhook = settings.section("slack").webhook_url if slack else None
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ConfigError("slack_webhook_url must be an http:// or https:// URL")
     if repo is not None and "index" not in settings.model_fields_set:
         settings = settings.model_copy(update={"index": default_repo_index(repo)})
-    pipeline = build_pipeline(settings)
-    if reranker is not None:
-        pipeline.reranker = reranker
+    pipeline = build_pipeline(settings, **({"reranker": reranker} if reranker is not None else {}))
     return TriageService(
         pipeline,
         repo_root=repo,
         chat=chat if chat is not None else build_chat(settings),
-        notifier=SlackNotifier(webhook, timeout=settings.slack_timeout_s, max_retries=settings.slack_retries,
+        notifier=SlackNotifier(webhook, timeout=settings.slack.timeout_s, max_retries=settings.slack.retries,
                                state=open_alert_state(db)) if webhook else None,
-        incidents=open_incidents(db, settings.incidents),
+        incidents=open_incidents(db, settings.triage.incidents),
     )
 
 
@@ -55,7 +53,7 @@ def queued_triage(settings: Settings, library, triage: TriageService | None = No
     """Triage with its slow steps on `library`'s job queue, run by its workers (`funnel serve`'s threads,
     `funnel worker`): `triage`, or the service `settings` configure (`shared`: `build_triage`'s reranker,
     chat and db). None when neither configures one."""
-    if triage is None and settings.repo is None:
+    if triage is None and settings.triage.repo is None:
         return None
     queue = TriageQueue(triage if triage is not None else build_triage(settings, **shared), library.queue)
     library.handle(TRIAGE, queue.run)

@@ -42,7 +42,7 @@ def ingest_repo(settings: Settings, err: Console) -> None:
     """Bring the repository's index up to date (only changed files are re-embedded)."""
     from funnel.apps.factory import build_pipeline
 
-    report = build_pipeline(settings).ingest([settings.repo])
+    report = build_pipeline(settings).ingest([settings.triage.repo])
     err.print(f"index {location_label(settings.index)}: {report.added} added, {report.updated} updated, {report.unchanged} "
               f"unchanged, {report.removed} removed")
     for problem in report.problems[:5]:
@@ -97,11 +97,11 @@ def print_incidents(settings: Settings, limit: int, service: str | None, out: Co
 
     db = open_database(settings)
     try:
-        incidents = open_incidents(db, settings.incidents).list(limit=limit, service=service)
+        incidents = open_incidents(db, settings.triage.incidents).list(limit=limit, service=service)
     finally:
         if db is not None:
             db.close()
-    where = db.label if db is not None else settings.incidents
+    where = db.label if db is not None else settings.triage.incidents
     if as_json:
         out.print_json(json.dumps([
             {"id": i.id, "created_at": i.created_at, "service": i.service, "exception_type": i.exception_type,

@@ -41,8 +41,8 @@ EXCERPT_LINES = 30
 
 @dataclass(frozen=True)
 class LocateConfig:
-    k: int = 5
-    candidates: int = 25
+    k: int | None = None  # files returned; None: the pipeline's [search] k
+    candidates: int | None = None  # the window; None: the pipeline's [search] candidates
     frame_weight: float = 1.0
     symbol_weight: float = 1.5  # names in the trace, files named by path
     mention_weight: float = 0.5  # code-like names in free text: many, and often incidental
