@@ -42,7 +42,7 @@ def role_funnel_query(spec: dict) -> dict:
     from funnel.embed import load_embedder
     from funnel.index.lance import LanceStore
     from funnel.engine_config import EngineConfig
-from funnel.pipeline import Pipeline
+    from funnel.pipeline import Pipeline
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder
     from funnel.rerank.policies import RerankPolicy
 

@@ -20,6 +20,7 @@ from typing import Any
 from funnel import analyze
 from funnel.config import check_ranges, setting
 from funnel.errors import ConfigError
+from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, LLM_TIMEOUT_S
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.policies import RERANK_DEPTH, RERANK_TIMEOUT_S, PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig
@@ -90,9 +91,9 @@ class LlmConfig:
     model: str | None = setting(None, "model name sent to the LLM server")
     api_key: str | None = setting(None, "bearer token for an OpenAI-compatible server", secret=True)
     completion: bool = setting(False, "base model without a chat template: use /v1/completions")
-    timeout_s: float = setting(60.0, "bound on one LLM call, in seconds", gt=0)
-    context_tokens: int = setting(3000, "passages sent to the LLM, in tokens (approx.)", ge=100)
-    answer_tokens: int = setting(512, "longest LLM answer, in tokens", ge=8)
+    timeout_s: float = setting(LLM_TIMEOUT_S, "bound on one LLM call, in seconds", gt=0)
+    context_tokens: int = setting(CONTEXT_TOKENS, "passages sent to the LLM, in tokens (approx.)", ge=100)
+    answer_tokens: int = setting(ANSWER_TOKENS, "longest LLM answer, in tokens", ge=8)
 
     def __post_init__(self):
         check_ranges(self)

@@ -26,6 +26,9 @@ import logging
 import re
 from typing import Protocol
 
+from funnel.analyze.scripts import (  # noqa: F401  (the package's names)
+    CJK_LETTERS, SENTENCE_END, Cjk, English, bigrams, has_cjk, lexical_text,
+)
 from funnel.errors import ConfigError
 from funnel.registry import Registry
 
@@ -36,31 +39,6 @@ __all__ = ["AUTO", "LEGACY", "REGISTRY", "Analyzer", "get", "has_cjk", "settle"]
 REGISTRY = Registry("analyzer", group="funnel.analyzers")
 AUTO = "auto"
 LEGACY = "english"  # what an index made before analyzers were recorded was built with
-
-# Hangul syllables and jamo, CJK ideographs (with extension A and compatibility), kana and half-width kana.
-_CJK_CHARS = "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff" \
-             "\u31f0-\u31ff\uff66-\uff9f"
-_CJK_RUN = re.compile(f"[{_CJK_CHARS}]+")
-
-# camelCase / PascalCase identifiers get their parts indexed too ("UserService" -> "User Service"),
-# because the FTS tokenizer splits on punctuation (so snake_case is handled) but not on case humps.
-# ASCII word boundaries (\\b would take a Hangul particle as part of the word: `UserService를`).
-_CAMEL = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?![A-Za-z0-9_])")
-_HUMP = re.compile(r"[A-Z]?[a-z0-9]+")
-
-
-def lexical_text(text: str) -> str:
-    """The text the BM25 index sees: the chunk plus the parts of its camelCase identifiers."""
-    parts = [" ".join(_HUMP.findall(m.group())) for m in _CAMEL.finditer(text)]
-    return text if not parts else text + "\n" + " ".join(parts)
-
-
-# A sentence ends at . ! ? before a capital, a digit, an opening mark or a Hangul/CJK character, or at a CJK
-# full stop (。！？), which needs no space after it. English text splits exactly as before.
-# Hangul syllables, kana and the CJK ideographs: the letters a sentence or a word in those scripts starts with.
-CJK_LETTERS = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-SENTENCE_END = re.compile(f"(?<=[.!?])\\s+(?=[\"'(\\[A-Z0-9{CJK_LETTERS}])|(?<=[。！？])\\s*")
-
 
 _DEFAULT: list[Analyzer] = []
 
@@ -79,34 +57,6 @@ class Analyzer(Protocol):
     def lex(self, text: str) -> str:
         """The text the BM25 index sees for `text` (a chunk at ingest, a query at search)."""
         ...
-
-
-def has_cjk(text: str) -> bool:
-    return _CJK_RUN.search(text) is not None
-
-
-def bigrams(run: str) -> str:
-    """Overlapping character bigrams of a run without spaces; a single character stays itself."""
-    return run if len(run) < 2 else " ".join(run[i:i + 2] for i in range(len(run) - 1))
-
-
-class English:
-    """Today's analysis: the text with its camelCase identifiers' parts added."""
-
-    name = "english"
-
-    def lex(self, text: str) -> str:
-        return lexical_text(text)
-
-
-class Cjk:
-    """Hangul, Han and Kana runs as character bigrams; everything else as `english`."""
-
-    name = "cjk"
-
-    def lex(self, text: str) -> str:
-        text = lexical_text(text)
-        return _CJK_RUN.sub(lambda m: bigrams(m.group()), text) if has_cjk(text) else text
 
 
 @REGISTRY.register("english")

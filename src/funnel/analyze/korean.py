@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 
-from funnel.analyze import bigrams, lexical_text
+from funnel.analyze.scripts import bigrams, lexical_text
 from funnel.errors import ConfigError
 
 _HANGUL = "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f"

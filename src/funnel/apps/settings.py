@@ -113,6 +113,12 @@ DEPRECATED: dict[str, str] = {
 }
 
 
+def env_var(name: str) -> str:
+    """The environment variable of a setting named flat (`k`) or by section (`search.k`): FUNNEL_SEARCH__K."""
+    name = DEPRECATED.get(name, name)
+    return "FUNNEL_" + name.upper().replace(".", "__")
+
+
 def section_key(section: str, name: str) -> str:
     return name.removeprefix(f"{section}_")
 
@@ -327,9 +333,10 @@ def _one_line(error: dict) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "settings"
     shown = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
     if error["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(where, [*valid_names(), *SECTIONS], n=1, cutoff=0.5)
-        bare = difflib.get_close_matches(where.rsplit(".", 1)[-1], valid_names(), n=1, cutoff=0.6)
-        hint = near or bare
+        known = {**{n: n for n in [*valid_names(), *SECTIONS]}, **DEPRECATED}  # a flat name points to its new one
+        near = difflib.get_close_matches(where, list(known), n=1, cutoff=0.5)
+        hint = [known[near[0]]] if near else difflib.get_close_matches(where.rsplit(".", 1)[-1], valid_names(), n=1,
+                                                                      cutoff=0.6)
         return f"unknown setting {shown}" + (f"; did you mean {hint[0]}?" if hint else
                                              f"; sections: {', '.join(SECTIONS)}")
     if not error["loc"] and error["type"] == "value_error":  # a dataclass's own check: its message as it is
@@ -347,3 +354,38 @@ def _metadata(loc: tuple) -> dict:
     if len(loc) == 2 and loc[0] in SECTIONS:
         return next((dict(f.metadata) for key, f, _ in _fields(loc[0]) if key == loc[1]), {})
     return {}
+
+
+def explain_settings(settings: Settings, flags: dict[str, Any] | None = None) -> list[tuple[str, Any, str]]:
+    """(name, value, source) of every setting: `search.k`, 10, "funnel.toml". Secrets show as `********`
+    when set. Sources in the order they win: flag, environment (FUNNEL_SECTION__KEY, or a deprecated flat
+    FUNNEL_NAME), funnel.toml, default."""
+    named = os.environ.get("FUNNEL_CONFIG") or "funnel.toml"
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    sources = [
+        ("flag", _nest(given)),
+        ("environment", _Env(Settings)()),
+        ("environment (deprecated name)", _DeprecatedEnv(Settings)()),
+        (named, _Toml(Settings, toml_file=named)() if Path(named).is_file() else {}),
+    ]
+    rows = []
+    for name in valid_names():
+        section, _, key = name.rpartition(".")
+        value = getattr(getattr(settings, section), key) if section else getattr(settings, key)
+        shown = ("********" if value is not None else None) if isinstance(value, SecretStr) else _plain(value)
+        source = next((label for label, found in sources if _has(found, section, key)), "default")
+        if source == "environment":
+            source = f"environment {env_var(name)}"
+        rows.append((name, shown, source))
+    return rows
+
+
+def _has(found: dict, section: str, key: str) -> bool:
+    inner = found.get(section, {}) if section else found
+    return isinstance(inner, dict) and key in inner
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    return value.value if hasattr(value, "value") and not isinstance(value, (int, float, str)) else value

@@ -39,8 +39,8 @@ class Calibration:
     gate: float = 0.0  # under rrf: the lead of its best score over its second the reranker needs to reorder
     # The first stage chosen the same way (FIRST_STAGES): its option, weights and why; mrr of each option.
     first_stage: str = "hybrid"
-    bm25_weight: float = 1.0
-    dense_weight: float = 1.0
+    bm25_weight: float = FirstStageConfig.bm25_weight
+    dense_weight: float = FirstStageConfig.dense_weight
     first_stage_reason: str = ""
     first_stage_mrr: dict[str, float] = field(default_factory=dict)
     languages: dict[str, float] = field(default_factory=dict)  # share of the measured chunks per language

@@ -1,11 +1,12 @@
 """Answer generation: LLM backends and the extractive answer that needs no model server.
 
-`load(spec)` builds the chat LLM a spec names (`--llm`, FUNNEL_LLM); `REGISTRY.help()` lists the forms. Plugins
+`load(spec)` builds the chat LLM a spec names (`--llm`, FUNNEL_LLM__BACKEND); `REGISTRY.help()` lists the forms. Plugins
 add backends through the `funnel.llms` entry-point group (see funnel.registry)."""
 
 from __future__ import annotations
 
 from funnel.errors import ConfigError
+from funnel.generate.base import LLM_TIMEOUT_S
 from funnel.registry import Registry
 
 __all__ = ["REGISTRY", "load"]
@@ -20,14 +21,14 @@ def _http_url(kind: str, url: str) -> str:
 
 
 @REGISTRY.register("ollama:URL")
-def _ollama(url: str, *, model: str | None = None, timeout_s: float = 60.0, **_):
+def _ollama(url: str, *, model: str | None = None, timeout_s: float = LLM_TIMEOUT_S, **_):
     from funnel.generate.ollama import OllamaChat
 
     return OllamaChat(_http_url("ollama", url), model=model or "llama3.2", timeout=timeout_s)
 
 
 @REGISTRY.register("openai:URL")
-def _openai(url: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 60.0,
+def _openai(url: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = LLM_TIMEOUT_S,
             completion: bool = False, **_):
     from funnel.generate.openai_compat import OpenAIChat
 

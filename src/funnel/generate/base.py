@@ -6,6 +6,11 @@ from typing import Protocol, runtime_checkable
 
 from funnel.types import Answer, SearchResult
 
+# The answer LLM's defaults, written once: `funnel.engine_config.LlmConfig` (the [llm] settings) names these.
+LLM_TIMEOUT_S = 60.0  # one call to the LLM server
+CONTEXT_TOKENS = 3000  # passages sent to the LLM, in tokens (approx.)
+ANSWER_TOKENS = 512  # the longest answer, in tokens
+
 
 @runtime_checkable
 class Generator(Protocol):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from funnel.errors import BackendUnavailable, UpstreamError
+from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS
 from funnel.generate.base import Generator as AnswerGenerator
 from funnel.generate.chat import ChatMessage, ChatModel, ReturningStream
 from funnel.generate.extractive import NOT_FOUND
@@ -93,9 +94,9 @@ class LlmGenerator:
         self,
         chat: ChatModel,
         *,
-        context_tokens: int = 3000,
+        context_tokens: int = CONTEXT_TOKENS,
         count_tokens: Callable[[str], int] | None = None,
-        max_answer_tokens: int = 512,
+        max_answer_tokens: int = ANSWER_TOKENS,
         temperature: float = 0.0,
     ):
         self.chat = chat

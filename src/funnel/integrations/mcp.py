@@ -310,7 +310,7 @@ class FunnelTools:
 
         repo = self.settings.triage.repo
         if repo is None:
-            raise ConfigError("triage needs a repository: start `funnel mcp --repo DIR` (or set FUNNEL_REPO)")
+            raise ConfigError("triage needs a repository: start `funnel mcp --repo DIR` (or set FUNNEL_TRIAGE__REPO)")
         with self._triage_lock:
             fresh = self._triage is None
             if fresh:  # the repository's own index, never the documents' one

@@ -1,6 +1,6 @@
 """Second stage: rerankers, the policies that combine them with the first stage, and the fallback.
 
-`load(spec)` builds the backend a spec names (`--reranker`, FUNNEL_RERANKER, `funnel.open`); `REGISTRY.help()`
+`load(spec)` builds the backend a spec names (`--reranker`, FUNNEL_RERANK__BACKEND, `funnel.open`); `REGISTRY.help()`
 lists the forms. Plugins add backends through the `funnel.rerankers` entry-point group (see funnel.registry)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from funnel.errors import ConfigError
 from funnel.registry import Registry
 from funnel.rerank.base import Reranker
-from funnel.rerank.policies import RerankPolicy, second_stage
+from funnel.rerank.policies import RERANK_TIMEOUT_S, RerankPolicy, second_stage
 
 __all__ = ["REGISTRY", "RERANKER_SPECS", "Reranker", "RerankPolicy", "load", "load_reranker", "second_stage"]
 
@@ -50,7 +50,7 @@ def _lexical(_: str, **__):
 
 def _http(api: str):
     @REGISTRY.register(f"{api}:URL")
-    def build(url: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0, **_):
+    def build(url: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float | None = RERANK_TIMEOUT_S, **_):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"reranker {api}:URL needs an http:// or https:// URL, got {url!r}")
         from funnel.rerank.http import HttpReranker, RerankApi
@@ -64,7 +64,7 @@ for _api in HTTP_APIS:
 RERANKER_SPECS = REGISTRY.forms()  # the built-in forms; kept for code that imported the old table
 
 
-def load(spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float = 10.0,
+def load(spec: str, *, model: str | None = None, api_key: str | None = None, timeout_s: float | None = RERANK_TIMEOUT_S,
          **options) -> Reranker | None:
     """The second-stage backend a spec names, or None for `none`. Cheap: loads no model, opens no connection."""
     return REGISTRY.load(spec, model=model, api_key=api_key, timeout_s=timeout_s, **options)

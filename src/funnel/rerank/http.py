@@ -26,6 +26,7 @@ import httpx
 from funnel.config import parse_enum
 from funnel.errors import ConfigError, UpstreamError
 from funnel.http import Upstream, without_userinfo
+from funnel.rerank.policies import RERANK_TIMEOUT_S
 from funnel.types import Candidate, RerankResult
 
 STAGE = "rerank"
@@ -71,7 +72,7 @@ class HttpReranker:
         base_url: str,
         model: str | None = None,
         api_key: str | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float | None = RERANK_TIMEOUT_S,
         client: httpx.Client | None = None,
         max_documents: int | None = None,
     ):

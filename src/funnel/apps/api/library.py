@@ -221,7 +221,7 @@ def open_library(settings, services: Services, workers: int | None = None, db=No
     threads = settings.serve.job_threads if workers is None else workers
     if settings.database.url is None and settings.database.search_url is not None:
         raise ConfigError("search_database is a read replica of the service database: set database "
-                          "(--database or FUNNEL_DATABASE) too")
+                          "(--database or FUNNEL_DATABASE__URL) too")
     if settings.database.url is None:
         db = None
         threads = max(threads, 1)  # an in-process queue has no other worker: job_threads 0 would stall it

@@ -107,7 +107,7 @@ def configured_reranker(request: Request) -> Reranker:
     reranker = request.app.state.reranker
     if reranker is None:
         raise BackendUnavailable(
-            "no reranker configured: start funnel serve with FUNNEL_RERANKER (or reranker in funnel.toml) "
+            "no reranker configured: start funnel serve with FUNNEL_RERANK__BACKEND (or reranker in funnel.toml) "
             f"set to one of {', '.join(s for s in RERANKERS.forms() if s != 'none')}"
         )
     return reranker

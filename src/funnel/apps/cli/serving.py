@@ -12,7 +12,7 @@ from funnel.apps.cli.common import LLM_HELP, EmbedderOpt, IndexOpt, RerankerOpt,
 from funnel.errors import ConfigError
 from funnel.index import location_label
 
-DATABASE_HELP = "keep the service's state in this PostgreSQL, shared by all processes \\[env FUNNEL_DATABASE]"
+DATABASE_HELP = "keep the service's state in this PostgreSQL, shared by all processes \\[env FUNNEL_DATABASE__URL]"
 
 
 @app.command()
@@ -20,7 +20,7 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port", min=1, max=65535)] = 8000,
     reranker: RerankerOpt = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads \\[env FUNNEL_DATA_DIR]")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="collections: indexes and uploads \\[env FUNNEL_SERVE__DATA_DIR]")] = None,
     embedder: EmbedderOpt = None,
     llm: Annotated[Optional[str], typer.Option(help=LLM_HELP)] = None,
     watch: Annotated[
@@ -31,7 +31,7 @@ def serve(
     ] = None,
     database: Annotated[Optional[str], typer.Option(help=DATABASE_HELP)] = None,
     search_database: Annotated[Optional[str], typer.Option(
-        help="a streaming read replica of --database, where searches read the indexes \\[env FUNNEL_SEARCH_DATABASE]"
+        help="a streaming read replica of --database, where searches read the indexes \\[env FUNNEL_DATABASE__SEARCH_URL]"
     )] = None,
     workers: Annotated[int, typer.Option(help="HTTP processes sharing the port (needs --database)", min=1, max=64)] = 1,
 ) -> None:
@@ -86,14 +86,16 @@ def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, 
 
     import uvicorn
 
+    from funnel.apps.settings import env_var
+
     if settings.database.url is None:
         raise ConfigError("--workers N runs N processes, which share state only through a database: add "
-                          "--database postgresql://... (or FUNNEL_DATABASE)")
+                          "--database postgresql://... (or FUNNEL_DATABASE__URL)")
     if watching:
         raise ConfigError("--watch follows a folder from one process; drop --workers")
     for name, value in flags.items():  # the processes read the flags as their environment
         if value is not None:
-            os.environ[f"FUNNEL_{name.upper()}"] = str(value)
+            os.environ[env_var(name)] = str(value)
     if exposure_warning(host, settings.serve.api_key is not None):
         err.print(styled("warning:", "yellow", exposure_warning(host, settings.serve.api_key is not None)))
     err.print(f"funnel serving on http://{host}:{port} with {workers} processes (data: {state_label(settings)}); "
@@ -112,12 +114,12 @@ def worker(
     llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (triage's analysis)")] = None,
 ) -> None:
     """Run the service's jobs (ingests, deletes, calibrations, and triage's analyses and Slack messages when
-    FUNNEL_REPO names the repository) from the database's queue, beside or instead of `funnel serve`'s own
+    FUNNEL_TRIAGE__REPO names the repository) from the database's queue, beside or instead of `funnel serve`'s own
     threads, until Ctrl-C or SIGTERM. A job this worker leaves half-done goes back to the queue for another."""
     settings = settings_from(database=database, embedder=embedder, reranker=reranker, llm=llm)
     if settings.database.url is None:
         raise ConfigError("funnel worker takes its jobs from the service database: give --database "
-                          "postgresql://... (or FUNNEL_DATABASE)")
+                          "postgresql://... (or FUNNEL_DATABASE__URL)")
     library, triage = worker_library(settings, threads)
     doing = f" and triage of {settings.triage.repo}" if triage is not None else ""
     err.print(f"funnel worker: {threads} threads on {library.home.db.label}{doing} (Ctrl-C stops)")
@@ -175,7 +177,7 @@ def exposure_warning(host: str, has_api_key: bool) -> str | None:
         return None
     return (
         f"listening on {host} with no api_key: anyone who can reach this port can read, upload and delete "
-        "documents; set FUNNEL_API_KEY (or api_key in funnel.toml)"
+        "documents; set FUNNEL_SERVE__API_KEY (or api_key in funnel.toml)"
     )
 
 
@@ -188,8 +190,8 @@ def mcp_(
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
     llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (default: extractive)")] = None,
-    repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root \\[env FUNNEL_REPO]")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections \\[env FUNNEL_DATA_DIR]")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="triage: the repository root \\[env FUNNEL_TRIAGE__REPO]")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="funnel serve's collections \\[env FUNNEL_SERVE__DATA_DIR]")] = None,
 ) -> None:
     """Serve search, ask, get_document, list_collections and triage to MCP clients (desktop agents), over
     stdio, or streamable HTTP with --http. Models load on the first tool call."""

@@ -46,7 +46,7 @@ class IncidentDetail(IncidentSummary):
 def configured_triage(request: Request) -> TriageQueue:
     queue = getattr(request.app.state, "triage_queue", None)
     if queue is None:
-        raise BackendUnavailable("triage is not configured: start funnel serve with FUNNEL_REPO (or repo in "
+        raise BackendUnavailable("triage is not configured: start funnel serve with FUNNEL_TRIAGE__REPO (or repo in "
                                  "funnel.toml) naming the repository to triage")
     return queue
 
