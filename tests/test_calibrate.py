@@ -102,7 +102,7 @@ def test_a_reranker_that_knows_the_answers_is_trusted(tmp_path, corpus):
     result = calibrate(Pipeline.build(whole, store=store, embedder=EMB, reranker=Oracle(corpus)), n_queries=40)
     assert result.queries == 40 and set(result.mrr_by_kind) == {"title", "sentence"}
     assert result.policy is not RerankPolicy.NONE, result.reason
-    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
+    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.label] and result.p_value < 0.05
     assert result.mrr["replace"] == pytest.approx(result.window_recall)  # the oracle puts every answer first
     # At a shallower depth it sees only the window's top: answers below it stay where the first stage put them.
     shallow = calibrate(Pipeline.build(EngineConfig.of(rerank_depth=3), store=store, embedder=EMB,
@@ -130,12 +130,12 @@ def test_a_reranker_that_is_always_wrong_is_not_run(tmp_path, corpus):
     result = calibrate(Pipeline.build(store=store, embedder=EMB, reranker=Oracle(corpus, invert=True)), n_queries=40)
     assert result.policy is RerankPolicy.NONE and result.option == "first_stage"
     assert "did not help" in result.reason and "never sure enough" in result.reason
-    assert result.mrr["replace"] < result.mrr[FIRST_STAGE.name]
-    assert result.mrr[GATED.name] == result.mrr[FIRST_STAGE.name]
+    assert result.mrr["replace"] < result.mrr[FIRST_STAGE.label]
+    assert result.mrr[GATED.label] == result.mrr[FIRST_STAGE.label]
     # One that is sure and wrong is caught by the gated option's own test.
     sure = calibrate(Pipeline.build(store=store, embedder=EMB, reranker=SureAndWrong(corpus)), n_queries=40)
     assert sure.policy is RerankPolicy.NONE and "even where it was sure it hurt" in sure.reason, sure.reason
-    assert sure.mrr[GATED.name] < 0.5 * sure.mrr[FIRST_STAGE.name]
+    assert sure.mrr[GATED.label] < 0.5 * sure.mrr[FIRST_STAGE.label]
 
 
 def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure_of():
@@ -144,13 +144,13 @@ def test_with_no_option_shown_to_help_the_reranker_reorders_only_what_it_is_sure
 
     rng = np.random.default_rng(5)
     first = rng.random(120)
-    rr = {o.name: list(first - 0.1 * (o.name != FIRST_STAGE.name)) for o in OPTIONS}  # every option hurts
+    rr = {o.label: list(first - 0.1 * (o.label != FIRST_STAGE.label)) for o in OPTIONS}  # every option hurts
     moved = np.where(rng.random(120) < 0.2, rng.choice([-0.1, 0.1], 120), 0.0)  # a few move, both ways
-    rr[GATED.name] = list(first + moved)
+    rr[GATED.label] = list(first + moved)
     mrr = {name: float(np.mean(v)) for name, v in rr.items()}
     chosen, reason, _ = choose(rr, mrr, "120 test queries")
     assert chosen is GATED and "not shown to hurt" in reason
-    c = Calibration(chosen.policy, chosen.weight, reason, "m", "e", 1, 10, gate=chosen.gate)
+    c = Calibration(chosen.kind, chosen.weight, reason, "m", "e", 1, 10, gate=chosen.gate)
     assert c.option == "rrf:1|gate:0.2" and Calibration.from_json(json.loads(json.dumps(c.to_json()))) == c
     old = {k: v for k, v in c.to_json().items() if k != "gate"}  # stored before the gate existed
     assert Calibration.from_json(old).gate == 0.0 and Calibration.from_json(old).option == "rrf:1"
@@ -286,7 +286,7 @@ def test_judged_queries_decide_and_are_measured_again_after_a_change(tmp_path, c
     result = pipeline.calibrate(judged=judged)
     assert result.source == "judged" and result.queries == 30 and set(result.mrr_by_kind) == {"judged"}
     assert result.policy is not RerankPolicy.NONE and "on 30 judged queries" in result.reason
-    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.name] and result.p_value < 0.05
+    assert result.mrr[result.option] > result.mrr[FIRST_STAGE.label] and result.p_value < 0.05
     assert [Judged(j["query"], tuple(j["relevant"])) for j in result.judged] == judged
 
     # A later calibration (after an ingest, say) measures the stored judged queries again...

@@ -25,7 +25,9 @@ from funnel.index.base import Filter, ScoredChunk, Store
 from funnel.indexer import Indexer, IngestReport, PageProgress, Progress
 from funnel.rerank.base import Reranker
 from funnel.parts import build_generator, load_chat, load_reranker
-from funnel.rerank.policies import FirstStageOnly, Policy, RerankPolicy, Rrf, SecondStageResult, second_stage
+from funnel.rerank.policies import (
+    FirstStageOnly, Policy, PolicyChoice, RerankPolicy, Rrf, SecondStageResult, second_stage,
+)
 from funnel.retrieve.first_stage import FirstStageConfig, Ranking, Retrieval, fuse, fuse_rankings, retrieve
 from funnel.types import Answer, Candidate, DocumentHit, Hit, SearchResult
 
@@ -168,13 +170,14 @@ class Pipeline:
             return None
         return calibration.mismatch(self.reranker.name, self.embedder.name)
 
-    def resolve_policy(self, policy: RerankPolicy, version: int | None = None) -> ResolvedPolicy:
+    def resolve_policy(self, policy: PolicyChoice, version: int | None = None) -> ResolvedPolicy:
         """`auto` -> the calibrated policy when the calibration was made with this reranker and embedder;
-        otherwise the first-stage order, saying why. An explicit policy is taken as it is."""
-        if policy is not RerankPolicy.AUTO:
-            chosen = self.config.rerank.policy_of(policy)
+        otherwise the first-stage order, saying why. An explicit policy (`rrf:0.5` sets its own weight) is
+        taken as it is."""
+        if policy.kind is not RerankPolicy.AUTO:
+            chosen = policy.policy(self.config.rerank)
             plain = not isinstance(chosen, Rrf) or (chosen.weight == 1.0 and not chosen.gate)
-            label = policy.value if plain else chosen.label
+            label = policy.kind.value if plain else chosen.label
             return ResolvedPolicy(chosen, label)
         if self.reranker is None:
             return ResolvedPolicy(_FIRST_STAGE_ONLY, "auto: first_stage", "no reranker configured")
@@ -206,7 +209,7 @@ class Pipeline:
         candidates: int | None = None,
         version: int | None = None,
         k: int | None = None,
-        policy: RerankPolicy | str | None = None,
+        policy: PolicyChoice | RerankPolicy | str | None = None,
         retrieval: Retrieval | str | None = None,
         filter: Filter | None = None,
     ) -> SearchRequest:
@@ -217,7 +220,7 @@ class Pipeline:
         k = config.grouping.k if k is None else k
         if k < 1:
             raise ConfigError(f"k must be at least 1, got {k}")
-        requested = config.rerank.policy if policy is None else RerankPolicy.parse(policy)
+        requested = PolicyChoice.parse(config.rerank.policy if policy is None else policy)
         fs_config = config.first_stage
         if retrieval is not None:
             fs_config = replace(fs_config, retrieval=Retrieval.parse(retrieval))
@@ -318,7 +321,7 @@ class Pipeline:
         self,
         query: str,
         k: int | None = None,
-        policy: RerankPolicy | str | None = None,
+        policy: PolicyChoice | RerankPolicy | str | None = None,
         retrieval: Retrieval | str | None = None,
         filter: Filter | None = None,
     ) -> SearchResult:
@@ -346,7 +349,7 @@ class Pipeline:
             first_stage=request.first_stage_label,
         )
 
-    def ask(self, question: str, k: int | None = None, policy: RerankPolicy | str | None = None) -> Answer:
+    def ask(self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None) -> Answer:
         result = with_continuations(self.search(question, k=k, policy=policy), self.store)
         t0 = time.perf_counter()
         answer = self.generator.answer(result.query, result)

@@ -14,6 +14,7 @@ from funnel.calibrate.options import (
 )
 from funnel.calibrate.queries import PseudoQuery
 from funnel.calibrate.record import Calibration
+from funnel.rerank.policies import RerankPolicy
 
 MIN_GAIN = 0.005  # MRR@10 the reranker must add before it is trusted
 MAX_P = 0.05  # ... with this paired-test significance
@@ -74,10 +75,18 @@ def decide(
     }
     chosen, reason, p = choose(rr, mrr, described)
     return Calibration(
-        chosen.policy, chosen.weight, reason, gate=chosen.gate, queries=len(queries), mrr=mrr,
+        chosen.kind, _weight(chosen), reason, gate=chosen.gate or 0.0, queries=len(queries), mrr=mrr,
         mrr_by_kind=mrr_by_kind, window_recall=window_recall, p_value=p,
         seconds=time.perf_counter() - started, **made,
     )
+
+
+def _weight(chosen: Option) -> float:
+    """The reranker's weight a calibration records: its own under rrf, 1 for the other reranking options, 0
+    for the first-stage order."""
+    if chosen.kind is RerankPolicy.NONE:
+        return 0.0
+    return 1.0 if chosen.weight is None else chosen.weight
 
 
 def choose(
@@ -86,28 +95,28 @@ def choose(
     """The option adopted, why (`described`: the queries, e.g. "120 test queries made from this corpus"), and
     the paired test's p (None when the first stage was best). When no option is shown to help, GATED, unless
     it never moved an answer or is shown to hurt: then the first-stage order."""
-    first = mrr[FIRST_STAGE.name]
-    best = max(OPTIONS, key=lambda o: (round(mrr[o.name], 6), o is FIRST_STAGE))
+    first = mrr[FIRST_STAGE.label]
+    best = max(OPTIONS, key=lambda o: (round(mrr[o.label], 6), o is FIRST_STAGE))
     others = [o for o in OPTIONS if o is not FIRST_STAGE]
-    diffs = np.stack([np.asarray(rr[o.name]) - np.asarray(rr[FIRST_STAGE.name]) for o in others], axis=1)
+    diffs = np.stack([np.asarray(rr[o.label]) - np.asarray(rr[FIRST_STAGE.label]) for o in others], axis=1)
     p = best_of_p(diffs, others.index(best)) if best is not FIRST_STAGE else None
-    if best is not FIRST_STAGE and mrr[best.name] - first >= MIN_GAIN and p is not None and p < MAX_P:
-        return best, (f"{best.name} raised MRR@10 on {described} from "
-                      f"{first:.3f} to {mrr[best.name]:.3f} (p={p:.3f})"), p
+    if best is not FIRST_STAGE and mrr[best.label] - first >= MIN_GAIN and p is not None and p < MAX_P:
+        return best, (f"{best.label} raised MRR@10 on {described} from "
+                      f"{first:.3f} to {mrr[best.label]:.3f} (p={p:.3f})"), p
     if best is FIRST_STAGE:
         measured = f"no option beat the first-stage order's MRR@10 {first:.3f}"
     else:
-        measured = f"best: {best.name} {mrr[best.name]:.3f} vs first stage {first:.3f}, p={p:.3f}"
-    gated = mrr[GATED.name]
-    change = np.asarray(rr[GATED.name]) - np.asarray(rr[FIRST_STAGE.name])
+        measured = f"best: {best.label} {mrr[best.label]:.3f} vs first stage {first:.3f}, p={p:.3f}"
+    gated = mrr[GATED.label]
+    change = np.asarray(rr[GATED.label]) - np.asarray(rr[FIRST_STAGE.label])
     if not change.any():  # never sure enough to move an answer: running it would cost time for nothing
         return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}) and was never sure "
-                             f"enough to move an answer under {GATED.name}; the first-stage order is kept"), p
+                             f"enough to move an answer under {GATED.label}; the first-stage order is kept"), p
     hurt = best_of_p(change[:, None], 0)
     if first - gated >= MIN_GAIN and hurt < MAX_P:
         return FIRST_STAGE, (f"the reranker did not help on {described} ({measured}), and even where it was "
-                             f"sure it hurt ({GATED.name}: {gated:.3f}, p={hurt:.3f}); the first-stage order "
+                             f"sure it hurt ({GATED.label}: {gated:.3f}, p={hurt:.3f}); the first-stage order "
                              "is kept"), p
     return GATED, (f"the reranker did not help on {described} ({measured}); it reorders only the queries "
-                   f"where it is sure of one candidate ({GATED.name}: MRR@10 {gated:.3f}, not shown to "
+                   f"where it is sure of one candidate ({GATED.label}: MRR@10 {gated:.3f}, not shown to "
                    "hurt)"), p

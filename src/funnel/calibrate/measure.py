@@ -75,8 +75,8 @@ def second_stage_rr(
     """Each second-stage option's reciprocal rank per query, over the chosen first stage's windows: each
     window scored once by `Pipeline.second_stage` (its depth, timeout and score checks), and every option's
     order made from those scores as the second stage makes it (`ordered`)."""
-    policies = {o.name: pipeline.config.rerank.policy_of(o.policy, o.weight, o.gate) for o in MEASURED}
-    rr: dict[str, list[float]] = {option.name: [] for option in MEASURED}
+    policies = {o.label: o.policy(pipeline.config.rerank) for o in MEASURED}
+    rr: dict[str, list[float]] = {option.label: [] for option in MEASURED}
     for done, (query, request, window) in enumerate(zip(queries, requests, windows), start=1):
         scores = _scores(pipeline, request, window)
         for name, policy in policies.items():

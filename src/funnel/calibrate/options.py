@@ -5,34 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import PolicyChoice, RerankPolicy
 
 
-@dataclass(frozen=True)
-class Option:
-    """One way to combine the reranker with the first stage."""
-
-    name: str
-    policy: RerankPolicy
-    weight: float = 1.0
-    gate: float = 0.0  # under rrf: the lead of the reranker's best score over its second it needs to reorder
-
-
-FIRST_STAGE = Option("first_stage", RerankPolicy.NONE, 0.0)
-OPTIONS = (
-    FIRST_STAGE,
-    Option("rrf:0.25", RerankPolicy.RRF, 0.25),
-    Option("rrf:0.5", RerankPolicy.RRF, 0.5),
-    Option("rrf:1", RerankPolicy.RRF, 1.0),
-    Option("rrf:2", RerankPolicy.RRF, 2.0),
-    Option("guaranteed_slots", RerankPolicy.GUARANTEED_SLOTS),
-    Option("replace", RerankPolicy.REPLACE),
-)
+# A second-stage option is a `PolicyChoice`, named by its label, the same string settings, eval variants
+# (`hybrid+rerank(rrf:0.5)`) and results (`auto: rrf:1|gate:0.2`) use.
+Option = PolicyChoice
+FIRST_STAGE = PolicyChoice(RerankPolicy.NONE)  # label "first_stage"
+OPTIONS = tuple(PolicyChoice.parse(label) for label in (
+    "first_stage", "rrf:0.25", "rrf:0.5", "rrf:1", "rrf:2", "guaranteed_slots", "replace"))
 # When no option is shown to help, the reranker still reorders the queries it is sure of: rrf with weight 1,
 # gated on a 0.2 lead of its best score over its second (chosen on dev splits with a reranker that never saw
 # them; on seven test sets it was never below the first stage by more than 0.004 nDCG@10, BENCHMARKS.md "A
 # gate on the score gap"). It is kept unless the corpus shows that it hurts.
-GATED = Option("rrf:1|gate:0.2", RerankPolicy.RRF, 1.0, 0.2)
+GATED = PolicyChoice.parse("rrf:1|gate:0.2")
 MEASURED = (*OPTIONS, GATED)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from funnel.errors import ConfigError, StoreError
-from funnel.rerank.policies import RerankPolicy, Rrf
+from funnel.rerank.policies import PolicyChoice, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig, Retrieval
 
 FORMAT = 1
@@ -55,9 +55,8 @@ class Calibration:
 
     @property
     def option(self) -> str:
-        if self.policy is RerankPolicy.RRF:
-            return Rrf(weight=self.weight, gate=self.gate).label
-        return "first_stage" if self.policy is RerankPolicy.NONE else self.policy.value
+        rrf = self.policy is RerankPolicy.RRF
+        return PolicyChoice(self.policy, self.weight if rrf else None, (self.gate or None) if rrf else None).label
 
     def to_json(self) -> dict:
         data = asdict(self)

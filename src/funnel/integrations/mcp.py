@@ -31,7 +31,7 @@ from funnel.apps.settings import Settings
 from funnel.apps.triage.schema import ErrorReport, TriageResult
 from funnel.errors import ConfigError, FunnelError, NotFound
 from funnel.index import location_label, open_store
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import PolicyChoice
 from funnel.integrations._core import document_metadata
 from funnel.pipeline import Pipeline
 from funnel.types import Chunk, DocumentHit, SearchResult
@@ -53,7 +53,7 @@ KArg = Annotated[
     int | None, Field(ge=1, le=50, description="documents to return (default: the configured k)")
 ]
 PolicyArg = Annotated[
-    str | None, Field(description=f"{RerankPolicy.help()} (default: as configured)")
+    str | None, Field(description=f"{PolicyChoice.forms()} (default: as configured)")
 ]
 
 

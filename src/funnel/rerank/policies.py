@@ -114,7 +114,7 @@ class Rrf:
     @property
     def label(self) -> str:
         """`rrf:W|gate:G` as calibrations, variants and results name it (`|gate` only when there is one)."""
-        return f"rrf:{self.weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
+        return PolicyChoice(RerankPolicy.RRF, self.weight, self.gate or None).label
 
     def sure(self, scores: list[float]) -> bool:
         """Whether the reranker's best score leads its second by the gate."""

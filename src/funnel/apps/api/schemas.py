@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field
 
 from funnel.apps.state.documents import DocumentRecord
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import PolicyChoice
 from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Answer, Chunk, Citation, DocumentHit, Hit, SearchResult
 
@@ -106,7 +106,7 @@ class ChunkOut(ChunkPlace):
 class SearchRequest(BaseModel):
     query: Text
     k: int | None = Field(None, ge=1, le=MAX_K, description="documents returned (default: the server's k)")
-    policy: str | None = Field(None, description=RerankPolicy.help())
+    policy: str | None = Field(None, description=PolicyChoice.forms())
     explain: bool = Field(False, description="also list every candidate with its rank at every stage")
 
 
@@ -181,7 +181,7 @@ class SearchResponse(BaseModel):
 class AskRequest(BaseModel):
     question: Text
     k: int | None = Field(None, ge=1, le=MAX_K)
-    policy: str | None = Field(None, description=RerankPolicy.help())
+    policy: str | None = Field(None, description=PolicyChoice.forms())
     conversation_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
         description="continue this conversation (an unknown id starts a new one under that id)",

@@ -18,7 +18,7 @@ from rich.text import Text
 from funnel import embed, generate, rerank
 from funnel.apps.settings import load_settings
 from funnel.errors import FunnelError
-from funnel.rerank.policies import RerankPolicy
+from funnel.rerank.policies import PolicyChoice
 from funnel.retrieve.first_stage import Retrieval
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="funnel: two-stage retrieval you can trust.")
@@ -38,7 +38,7 @@ IndexOpt = Annotated[
 ]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help=embed.REGISTRY.help())]
 KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
-PolicyOpt = Annotated[Optional[str], typer.Option(help=RerankPolicy.help())]
+PolicyOpt = Annotated[Optional[str], typer.Option(help=PolicyChoice.forms())]
 RetrievalOpt = Annotated[Optional[str], typer.Option(help=Retrieval.help())]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 RerankerOpt = Annotated[Optional[str], typer.Option(help=rerank.REGISTRY.help())]
