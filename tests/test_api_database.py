@@ -199,7 +199,7 @@ def test_an_incident_posted_through_one_server_is_analysed_by_another(pg_dsn, tm
 
     listed = subprocess.run(
         [sys.executable, "-c", "from funnel.apps.main import run; run()", "incidents", "--json"], cwd=tmp_path,
-        capture_output=True, text=True, timeout=120, env={**os.environ, "FUNNEL_DATABASE": pg_dsn})
+        capture_output=True, text=True, timeout=120, env={**os.environ, "FUNNEL_DATABASE__URL": pg_dsn})
     assert listed.returncode == 0, listed.stderr
     assert [i["id"] for i in json.loads(listed.stdout)] == [body["incident_id"]]
     assert not (tmp_path / ".funnel-incidents.sqlite").exists()

@@ -37,8 +37,8 @@ class Service:
 
     def __init__(self, dsn: str, folder: Path):
         self.dsn, self.folder = dsn, folder
-        self.env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANKER": "none", "FUNNEL_DATABASE": dsn,
-                    "FUNNEL_JOB_THREADS": "0", "FUNNEL_JOB_LEASE_S": str(LEASE_S), "FUNNEL_MAX_UPLOAD_MB": "64"}
+        self.env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANK__BACKEND": "none", "FUNNEL_DATABASE__URL": dsn,
+                    "FUNNEL_SERVE__JOB_THREADS": "0", "FUNNEL_SERVE__JOB_LEASE_S": str(LEASE_S), "FUNNEL_SERVE__MAX_UPLOAD_MB": "64"}
         self.processes: list[subprocess.Popen] = []
         self.urls: list[str] = []
 
@@ -196,7 +196,7 @@ def test_a_server_killed_while_it_streams_an_answer_ends_the_stream_and_another_
 
 @pytest.mark.slow
 def test_the_api_key_and_cors_behave_the_same_on_every_process(service):
-    service.env.update({"FUNNEL_API_KEY": "team-key-123456", "FUNNEL_CORS_ORIGINS": '["http://app.example"]'})
+    service.env.update({"FUNNEL_SERVE__API_KEY": "team-key-123456", "FUNNEL_SERVE__CORS_ORIGINS": '["http://app.example"]'})
     urls = [service.api(), service.api()]
     for url in urls:
         assert httpx.get(url + "/v1/collections").status_code == 401
@@ -224,7 +224,7 @@ def children_of(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_serve_workers_runs_that_many_processes_on_one_port(service):
-    service.env["FUNNEL_JOB_THREADS"] = "1"
+    service.env["FUNNEL_SERVE__JOB_THREADS"] = "1"
     url = service.serve("--workers", "2")
     parent = service.processes[-1]
     with httpx.Client(base_url=url, timeout=60) as client:

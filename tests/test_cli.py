@@ -162,7 +162,7 @@ def _many_docs(root, n=30):
 
 def test_ingest_calibrates_and_search_explains_the_choice(tmp_path):
     docs = _many_docs(tmp_path / "many")
-    env = {"FUNNEL_RERANKER": "lexical"}
+    env = {"FUNNEL_RERANK__BACKEND": "lexical"}
     ingest = funnel("ingest", str(docs), cwd=tmp_path, env=env)
     no_traceback(ingest)
     assert ingest.returncode == 0, ingest.stderr
@@ -185,7 +185,7 @@ def test_ingest_calibrates_and_search_explains_the_choice(tmp_path):
 
 def test_calibrate_on_judged_queries_and_back(tmp_path):
     docs = _many_docs(tmp_path / "many")
-    env = {"FUNNEL_RERANKER": "lexical"}
+    env = {"FUNNEL_RERANK__BACKEND": "lexical"}
     assert funnel("ingest", str(docs), "--no-calibrate", cwd=tmp_path, env=env).returncode == 0
     judged = tmp_path / "judged.jsonl"
     # Documents named by relative path, as a user would type them from the folder they ingested.
@@ -247,7 +247,7 @@ def test_calibrate_errors_are_one_line(tmp_path):
 
 def test_an_ingest_succeeds_when_its_calibration_cannot_run(tmp_path):
     docs = _many_docs(tmp_path / "many")
-    down = {"FUNNEL_RERANKER": "tei:http://127.0.0.1:9", "FUNNEL_RERANK_TIMEOUT_S": "2"}
+    down = {"FUNNEL_RERANK__BACKEND": "tei:http://127.0.0.1:9", "FUNNEL_RERANK__TIMEOUT_S": "2"}
     ingest = funnel("ingest", str(docs), cwd=tmp_path, env=down)
     no_traceback(ingest)
     assert ingest.returncode == 0 and "30 added" in ingest.stdout

@@ -358,7 +358,7 @@ FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
 
 def test_funnel_serve_starts_and_answers(tmp_path):
     port = closed_port()
-    env = {**os.environ, "FUNNEL_RERANKER": "lexical"}
+    env = {**os.environ, "FUNNEL_RERANK__BACKEND": "lexical"}
     process = subprocess.Popen(
         [*FUNNEL, "serve", "--port", str(port)], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -71,7 +71,7 @@ def clean_env() -> dict[str, str]:
 
 def env_for(root: Path) -> dict[str, str]:
     return {**clean_env(), "FUNNEL_REPO_CACHE": str(root / "repos"),
-            "FUNNEL_INCIDENTS": str(root / "inc.sqlite"), "FUNNEL_DATA_DIR": str(root / "data")}
+            "FUNNEL_TRIAGE__INCIDENTS": str(root / "inc.sqlite"), "FUNNEL_SERVE__DATA_DIR": str(root / "data")}
 
 
 def stdio(root: Path, *args: str) -> Client:

@@ -259,7 +259,7 @@ def test_cli_triage_reads_a_trace_indexes_the_repo_and_records_the_incident(tmp_
 
     trace = tmp_path / "trace.txt"
     trace.write_text(raised_in_sample_app("missing_template"))
-    env = {"FUNNEL_REPO_CACHE": str(tmp_path / "repos"), "FUNNEL_INCIDENTS": str(tmp_path / "inc.sqlite")}
+    env = {"FUNNEL_REPO_CACHE": str(tmp_path / "repos"), "FUNNEL_TRIAGE__INCIDENTS": str(tmp_path / "inc.sqlite")}
     result = funnel("triage", str(trace), "--repo", str(SAMPLE_REPO), "--json", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)

@@ -244,4 +244,4 @@ def test_unknown_incident_is_404(api):
 def test_triage_not_configured_is_503():
     with serving(create_app(Settings())) as url:
         response = httpx.post(f"{url}/v1/errors", json={"message": "boom"}, timeout=30)
-    assert response.status_code == 503 and "FUNNEL_REPO" in response.json()["detail"]
+    assert response.status_code == 503 and "FUNNEL_TRIAGE__REPO" in response.json()["detail"]

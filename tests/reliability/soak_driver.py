@@ -80,10 +80,10 @@ def funnel_serve(root: Path, repo: Path, ready_timeout: float = 300):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUNNEL_")}  # no stray keys or LLMs
     env.update(
-        FUNNEL_DATA_DIR=str(root / "data"),
-        FUNNEL_REPO=str(repo),
+        FUNNEL_SERVE__DATA_DIR=str(root / "data"),
+        FUNNEL_TRIAGE__REPO=str(repo),
         FUNNEL_REPO_CACHE=str(root / "repo-index"),
-        FUNNEL_INCIDENTS=str(root / "incidents.sqlite"),
+        FUNNEL_TRIAGE__INCIDENTS=str(root / "incidents.sqlite"),
     )
     script = Path(sys.executable).parent / "funnel"
     command = [str(script)] if script.exists() else [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
