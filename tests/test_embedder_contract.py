@@ -66,18 +66,12 @@ class TestHashing(EmbedderContract):
 
 
 @pytest.mark.model
-class TestMiniLMInt8(EmbedderContract):
-    @pytest.fixture(scope="class")
-    def embedder(self):
-        return load_embedder("minilm")
+class TestMiniLM(EmbedderContract):
+    """The packaged MiniLM, int8 and (slow) fp32: the same model, so the same checks."""
 
-
-@pytest.mark.model
-@pytest.mark.slow
-class TestMiniLMFp32(EmbedderContract):
-    @pytest.fixture(scope="class")
-    def embedder(self):
-        return load_embedder("minilm-fp32")
+    @pytest.fixture(scope="class", params=["minilm", pytest.param("minilm-fp32", marks=pytest.mark.slow)])
+    def embedder(self, request):
+        return load_embedder(request.param)
 
 
 @pytest.mark.model
