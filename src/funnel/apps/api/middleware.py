@@ -31,18 +31,32 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body over the {limit / 2**20:.0f} MiB limit")
 
 
-class BodyLimit:
-    """Uploads may be up to `upload_bytes` (plus multipart framing); every other body MAX_BODY_BYTES. A
-    declared Content-Length over the limit is refused before a byte is read; a chunked body is counted."""
+class HttpOnly:
+    """Middleware that acts on HTTP requests only: websockets and lifespan events pass straight through
+    to the app. A subclass says what it does with a request in `http`."""
 
-    def __init__(self, app: ASGIApp, upload_bytes: int):
+    def __init__(self, app: ASGIApp):
         self.app = app
-        self.upload_bytes = upload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class BodyLimit(HttpOnly):
+    """Uploads may be up to `upload_bytes` (plus multipart framing); every other body MAX_BODY_BYTES. A
+    declared Content-Length over the limit is refused before a byte is read; a chunked body is counted."""
+
+    def __init__(self, app: ASGIApp, upload_bytes: int):
+        super().__init__(app)
+        self.upload_bytes = upload_bytes
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         upload = scope["method"] == "POST" and UPLOAD_PATH.match(scope["path"])
         limit = self.upload_bytes + MULTIPART_SLACK if upload else MAX_BODY_BYTES
         shown = self.upload_bytes if upload else MAX_BODY_BYTES
@@ -104,17 +118,14 @@ def _is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
-class RequestMetrics:
+class RequestMetrics(HttpOnly):
     """Counts every HTTP request by method, route template and status (once the response has ended)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics):
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         status = 500
 
         async def observed(message: Message) -> None:
