@@ -154,7 +154,7 @@ def test_serve_warns_when_exposed_without_a_key(host, key, warns):
     warning = exposure_warning(host, key)
     assert (warning is not None) == warns
     if warns:
-        assert "FUNNEL_API_KEY" in warning
+        assert "FUNNEL_SERVE__API_KEY" in warning
 
 
 def test_a_root_path_prefix_does_not_open_guarded_routes(tmp_path):

@@ -53,7 +53,7 @@ def test_search_before_ingest_is_a_clear_error(tmp_path):
         (["search", ""], {}, "query is empty"),
         (["search", "x", "--policy", "smart"], {}, "policy"),
         (["search", "x", "--k", "0"], {}, "k"),
-        (["search", "x"], {"FUNNEL_RRF_K": "-1"}, "rrf_k"),
+        (["search", "x"], {"FUNNEL_SEARCH__RRF_K": "-1"}, "rrf_k"),
         (["search", "x"], {"FUNNEL_EMBEDDER": "nonsense"}, "unknown embedder"),
     ],
 )

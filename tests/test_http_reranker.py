@@ -341,7 +341,7 @@ def test_reranker_specs():
 
 
 def test_model_and_key_from_settings_and_environment(monkeypatch):
-    monkeypatch.setenv("FUNNEL_RERANK_API_KEY", "sk-from-env")
+    monkeypatch.setenv("FUNNEL_RERANK__API_KEY", "sk-from-env")
     settings = Settings(reranker="cohere:https://api.example.test", rerank_model="rerank-v3.5")
     assert "sk-from-env" not in repr(settings)
     cached = reranker_from_settings(settings)

@@ -158,11 +158,11 @@ def test_the_file_size_limit_is_a_setting(tmp_path, monkeypatch):
     from funnel.apps.settings import Settings
 
     write(tmp_path / "docs" / "big.txt", "word " * 1000)  # 5 KB
-    monkeypatch.setenv("FUNNEL_MAX_FILE_MB", "0.001")
+    monkeypatch.setenv("FUNNEL_INGEST__MAX_FILE_MB", "0.001")
     pipeline = build_pipeline(Settings(index=str(tmp_path / "idx"), embedder="hashing", reranker="none"))
     report = pipeline.ingest([tmp_path / "docs"])
     assert report.added == 0 and "max_file_mb" in str(report.problems[0])
-    monkeypatch.setenv("FUNNEL_MAX_FILE_MB", "0.01")
+    monkeypatch.setenv("FUNNEL_INGEST__MAX_FILE_MB", "0.01")
     pipeline = build_pipeline(Settings(index=str(tmp_path / "idx"), embedder="hashing", reranker="none"))
     assert pipeline.ingest([tmp_path / "docs"]).added == 1
 

@@ -20,7 +20,7 @@ from funnel.apps.watch import ChangeFilter, folder_name
 from funnel.index.lance import LanceStore
 
 FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
-ENV = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANKER": "none"}
+ENV = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANK__BACKEND": "none"}
 SYNC_S = 20  # every change must show within this long
 
 pytestmark = pytest.mark.slow

@@ -77,7 +77,7 @@ class IngestConfig:
     def __post_init__(self):
         check_ranges(self)
         if self.analyzer not in analyze.names():
-            raise ConfigError(f"unknown analyzer {self.analyzer!r}; valid: {', '.join(analyze.names())}")
+            raise ConfigError(f"analyzer must be one of {', '.join(analyze.names())}, got {self.analyzer!r}")
 
     @property
     def limits(self) -> FileLimits:

@@ -344,7 +344,7 @@ def _one_line(error: dict) -> str:
     meta = _metadata(error["loc"])
     bounds = {k: meta[k] for k in ("ge", "gt", "le") if k in meta}
     if bounds and error["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        return f"invalid setting {shown}: must be {range_text(bounds)}, got {error.get('input')!r}"
+        return f"invalid setting {shown}: must be {range_text(bounds)}, got {error.get('input')}"
     return " ".join(f"invalid setting {shown}: {error['msg']}".split())
 
 
