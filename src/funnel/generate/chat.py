@@ -156,16 +156,15 @@ class ChatCall:
     temperature: float = 0.0
     stream: bool = False
 
-
-def function_tools(tools: Sequence[ToolSpec]) -> list[dict]:
-    """Tools as Ollama and OpenAI both take them: `{"type": "function", "function": {...}}`."""
-    return [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-        }
-        for t in tools
-    ]
+    def function_tools(self) -> list[dict]:
+        """The tools as Ollama and OpenAI both take them: `{"type": "function", "function": {...}}`."""
+        return [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in self.tools
+        ]
 
 
 def llm_upstream(
@@ -186,6 +185,22 @@ class HttpChatModel:
 
     model: str
     _http: Upstream
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        timeout: float,
+        client: httpx.Client | None,
+        api_key: str | None = None,
+        *,
+        no_model: str,
+    ):
+        """`no_model` is the error for an empty model name (each backend says what a name looks like)."""
+        if not model:
+            raise ConfigError(no_model)
+        self.model = model
+        self._http = llm_upstream(base_url, timeout, client, api_key)
 
     def __repr__(self) -> str:  # never shows the key
         return f"{type(self).__name__}(base_url={self._http.shown!r}, model={self.model!r})"
@@ -238,3 +253,48 @@ class HttpChatModel:
         if not isinstance(name, str) or not name:
             raise self._http.error(f"{what} has no function name")
         return name
+
+    def _stream_chunk(self, data: str, path: str) -> dict:
+        """One streamed JSON object; an `{"error": ...}` one is the server reporting a failure mid-stream."""
+        chunk = self._http.json_line(data, path)
+        if "error" in chunk:
+            raise self._http.error(
+                f"{path} stream reported an error: {self._http.excerpt(str(chunk['error']))}"
+            )
+        return chunk
+
+    def _tool_calls(self, raw: object, path: str = "", first: int = 0) -> tuple[ToolCall, ...]:
+        """Whole tool calls, `[{id?, function: {name, arguments}}]` in both APIs, numbered from `first` (the
+        calls a stream has read before); `call_N` where the server sends no id. Errors start with `path`."""
+        if not raw:
+            return ()
+        prefix = f"{path} " if path else ""
+        if not isinstance(raw, list):
+            raise self._http.error(f"{prefix}tool_calls is {type(raw).__name__}, not a list")
+        calls = []
+        for position, item in enumerate(raw, start=first):
+            name = self._function_name(item, f"{prefix}tool call {position}")
+            where = f"{self._http.shown} tool call {position} ({name})"
+            call_id = str(item.get("id") or f"call_{position}")
+            calls.append(ToolCall(call_id, name, parse_arguments(item["function"].get("arguments"), where)))
+        return tuple(calls)
+
+    def _counted_reply(
+        self,
+        content: str,
+        calls: tuple[ToolCall, ...],
+        model: object,
+        counts: tuple[object, object],
+        finish_reason: str | None,
+    ) -> ChatReply:
+        """The reply with what the server said of it: its model (else ours), the prompt's and the completion's
+        token counts (None where one is missing or not an integer) and why it stopped."""
+        prompt_tokens, completion_tokens = counts
+        return ChatReply(
+            content=content,
+            tool_calls=calls,
+            model=str(model or self.model),
+            prompt_tokens=optional_int(prompt_tokens),
+            completion_tokens=optional_int(completion_tokens),
+            finish_reason=finish_reason,
+        )

@@ -17,18 +17,7 @@ from collections.abc import Generator, Sequence
 
 import httpx
 
-from funnel.errors import ConfigError
-from funnel.generate.chat import (
-    ChatCall,
-    ChatMessage,
-    ChatReply,
-    HttpChatModel,
-    ToolCall,
-    function_tools,
-    llm_upstream,
-    optional_int,
-    parse_arguments,
-)
+from funnel.generate.chat import ChatCall, ChatMessage, ChatReply, HttpChatModel, ToolCall
 
 PATH = "/api/chat"
 
@@ -44,11 +33,10 @@ class OllamaChat(HttpChatModel):
         client: httpx.Client | None = None,
         timeout: float = 60.0,
     ):
-        if not model:
-            raise ConfigError("OllamaChat needs a model name, e.g. model='llama3.2'")
-        self.model = model
+        super().__init__(
+            base_url, model, timeout, client, no_model="OllamaChat needs a model name, e.g. model='llama3.2'"
+        )
         self.name = f"ollama:{model}"
-        self._http = llm_upstream(base_url, timeout, client)
 
     # --- one request ---------------------------------------------------------------------------------
 
@@ -63,7 +51,7 @@ class OllamaChat(HttpChatModel):
             "options": options,
         }
         if call.tools:
-            payload["tools"] = function_tools(call.tools)
+            payload["tools"] = call.function_tools()
         if call.json_schema is not None:
             payload["format"] = call.json_schema
         return PATH, payload
@@ -77,17 +65,11 @@ class OllamaChat(HttpChatModel):
         content = message.get("content") or ""
         if not isinstance(content, str):
             raise self._http.error(f"{path} message content is {type(content).__name__}, not text")
-        return self._finished(body, content, self._tool_calls(message.get("tool_calls"), 0))
+        return self._finished(body, content, self._tool_calls(message.get("tool_calls"), PATH))
 
     def _finished(self, body: dict, content: str, calls: tuple[ToolCall, ...]) -> ChatReply:
-        return ChatReply(
-            content=content,
-            tool_calls=calls,
-            model=str(body.get("model") or self.model),
-            prompt_tokens=optional_int(body.get("prompt_eval_count")),
-            completion_tokens=optional_int(body.get("eval_count")),
-            finish_reason=body.get("done_reason"),
-        )
+        counts = body.get("prompt_eval_count"), body.get("eval_count")
+        return self._counted_reply(content, calls, body.get("model"), counts, body.get("done_reason"))
 
     def _events(self, path: str, payload: dict) -> Generator[str, None, ChatReply]:
         parts: list[str] = []
@@ -95,11 +77,7 @@ class OllamaChat(HttpChatModel):
         lines = self._http.stream_lines(path, payload)
         try:
             for line in lines:
-                chunk = self._http.json_line(line, path)
-                if "error" in chunk:
-                    raise self._http.error(
-                        f"{path} stream reported an error: {self._http.excerpt(str(chunk['error']))}"
-                    )
+                chunk = self._stream_chunk(line, path)
                 message = chunk.get("message") or {}
                 if not isinstance(message, dict):
                     raise self._http.error(f"{path} streamed a message of type {type(message).__name__}")
@@ -111,26 +89,12 @@ class OllamaChat(HttpChatModel):
                 if delta:
                     parts.append(delta)
                     yield delta
-                calls.extend(self._tool_calls(message.get("tool_calls"), len(calls)))
+                calls.extend(self._tool_calls(message.get("tool_calls"), PATH, len(calls)))
                 if chunk.get("done") is True:
                     return self._finished(chunk, "".join(parts), tuple(calls))
         finally:
             lines.close()
         raise self._http.error(f"{path} stream ended before a line with done: true")
-
-    def _tool_calls(self, raw: object, first: int) -> tuple[ToolCall, ...]:
-        if not raw:
-            return ()
-        if not isinstance(raw, list):
-            raise self._http.error(f"{PATH} tool_calls is {type(raw).__name__}, not a list")
-        calls = []
-        for position, item in enumerate(raw, start=first):
-            where = f"{self._http.shown} tool call {position}"
-            name = self._function_name(item, f"{PATH} tool call {position}")
-            call_id = item.get("id") or f"call_{position}"
-            arguments = parse_arguments(item["function"].get("arguments"), where)
-            calls.append(ToolCall(str(call_id), name, arguments))
-        return tuple(calls)
 
 
 def _messages(messages: Sequence[ChatMessage]) -> list[dict]:

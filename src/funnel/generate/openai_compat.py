@@ -28,17 +28,7 @@ from collections.abc import Generator, Iterator, Sequence
 import httpx
 
 from funnel.errors import ConfigError
-from funnel.generate.chat import (
-    ChatCall,
-    ChatMessage,
-    ChatReply,
-    HttpChatModel,
-    ToolCall,
-    function_tools,
-    llm_upstream,
-    optional_int,
-    parse_arguments,
-)
+from funnel.generate.chat import ChatCall, ChatMessage, ChatReply, HttpChatModel, ToolCall, parse_arguments
 
 CHAT_PATH = "/chat/completions"
 COMPLETIONS_PATH = "/completions"
@@ -63,15 +53,11 @@ class OpenAIChat(HttpChatModel):
         completion_prompt: bool = False,
         stop: tuple[str, ...] = (),
     ):
-        if not model:
-            raise ConfigError(
-                "OpenAIChat needs a model name (llama-server accepts any, e.g. model='default')"
-            )
-        self.model = model
+        no_model = "OpenAIChat needs a model name (llama-server accepts any, e.g. model='default')"
+        super().__init__(base_url, model, timeout, client, api_key, no_model=no_model)
         self.name = f"openai:{model}"
         self.completion_prompt = completion_prompt
         self.stop = tuple(stop)
-        self._http = llm_upstream(base_url, timeout, client, api_key)
 
     # --- one request ---------------------------------------------------------------------------------
 
@@ -92,7 +78,7 @@ class OpenAIChat(HttpChatModel):
         if self.stop:
             payload["stop"] = list(self.stop)
         if call.tools:
-            payload["tools"] = function_tools(call.tools)
+            payload["tools"] = call.function_tools()
         if call.json_schema is not None:
             name = str(call.json_schema.get("title") or "response")
             safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
@@ -118,14 +104,8 @@ class OpenAIChat(HttpChatModel):
             content, calls = message.get("content"), self._tool_calls(message.get("tool_calls"))
         if content is not None and not isinstance(content, str):
             raise self._http.error(f"{path} content is {type(content).__name__}, not text")
-        return ChatReply(
-            content=content or "",
-            tool_calls=calls,
-            model=str(body.get("model") or self.model),
-            prompt_tokens=optional_int(usage.get("prompt_tokens")),
-            completion_tokens=optional_int(usage.get("completion_tokens")),
-            finish_reason=choice.get("finish_reason"),
-        )
+        finish = choice.get("finish_reason")
+        return self._counted_reply(content or "", calls, body.get("model"), _counts(usage), finish)
 
     def _events(self, path: str, payload: dict) -> Generator[str, None, ChatReply]:
         parts: list[str] = []
@@ -136,19 +116,9 @@ class OpenAIChat(HttpChatModel):
         try:
             for data in _sse_data(lines, other):
                 if data == "[DONE]":
-                    return ChatReply(
-                        content="".join(parts),
-                        tool_calls=self._assemble(pieces),
-                        model=model,
-                        prompt_tokens=optional_int(usage.get("prompt_tokens")),
-                        completion_tokens=optional_int(usage.get("completion_tokens")),
-                        finish_reason=finish,
-                    )
-                chunk = self._http.json_line(data, path)
-                if "error" in chunk:
-                    raise self._http.error(
-                        f"{path} stream reported an error: {self._http.excerpt(str(chunk['error']))}"
-                    )
+                    text, calls = "".join(parts), self._assemble(pieces)
+                    return self._counted_reply(text, calls, model, _counts(usage), finish)
+                chunk = self._stream_chunk(data, path)
                 model = str(chunk.get("model") or model)
                 if isinstance(chunk.get("usage"), dict):  # vLLM/OpenAI with include_usage, llama-server
                     usage = chunk["usage"]
@@ -190,19 +160,6 @@ class OpenAIChat(HttpChatModel):
                 f"{path} choices is not a list of objects: {self._http.excerpt(json.dumps(choices))}"
             )
         return choices[0]
-
-    def _tool_calls(self, raw: object) -> tuple[ToolCall, ...]:
-        if not raw:
-            return ()
-        if not isinstance(raw, list):
-            raise self._http.error(f"tool_calls is {type(raw).__name__}, not a list")
-        calls = []
-        for position, item in enumerate(raw):
-            name = self._function_name(item, f"tool call {position}")
-            where = f"{self._http.shown} tool call {position} ({name})"
-            call_id = str(item.get("id") or f"call_{position}")
-            calls.append(ToolCall(call_id, name, parse_arguments(item["function"].get("arguments"), where)))
-        return tuple(calls)
 
     def _merge(self, pieces: dict[int, dict], deltas: object, path: str) -> None:
         if not isinstance(deltas, list):
@@ -284,6 +241,11 @@ def _messages(messages: Sequence[ChatMessage]) -> list[dict]:
             message["name"] = m.name
         out.append(message)
     return out
+
+
+def _counts(usage: dict) -> tuple[object, object]:
+    """The prompt's and the completion's token counts in OpenAI's `usage` object."""
+    return usage.get("prompt_tokens"), usage.get("completion_tokens")
 
 
 def _sse_data(lines: Iterator[str], other: list[str]) -> Iterator[str]:
