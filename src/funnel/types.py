@@ -79,6 +79,12 @@ class LoadedDocument:
     sections: tuple[Section, ...]
 
 
+# How a kind of document names the places of its chunks: (page unit, line unit), e.g. ("slide ", "L") for a
+# presentation or ("p.", "row ") for a spreadsheet. Filled from the loaders' table (`funnel.ingest.loaders`,
+# a row's `page_unit`/`line_unit`); a kind not in it uses the defaults, "p." and "L".
+LOCATION_UNITS: dict[str, tuple[str, str]] = {}
+
+
 @dataclass(frozen=True)
 class Chunk:
     """The unit that is embedded, indexed and retrieved."""
@@ -110,11 +116,13 @@ class Chunk:
 
     @property
     def location(self) -> str:
-        """Human-readable place of this chunk inside its document."""
+        """Human-readable place of this chunk inside its document: `p.3`, `slide 3`, `L12-14`, `row 12-14`
+        (the units its kind's loader names, `LOCATION_UNITS`)."""
+        page_unit, line_unit = LOCATION_UNITS.get(str(self.kind.value), ("p.", "L"))
         if self.page is not None:
-            return f"p.{self.page}"
+            return f"{page_unit}{self.page}"
         if self.line_start is not None:
-            return f"L{self.line_start}-{self.line_end}"
+            return f"{line_unit}{self.line_start}-{self.line_end}"
         return f"#{self.ordinal}"
 
 
@@ -206,6 +214,16 @@ class Citation:
     page: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+
+    @classmethod
+    def of(cls, number: int, chunk: Chunk, text: str) -> Citation:
+        """Citation `number`, of `text` (a sentence of `chunk`, or the passage shown to a model), where
+        `chunk` stands."""
+        return cls(
+            number=number, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, path=chunk.path, title=chunk.title,
+            location=chunk.location, text=text, page=chunk.page, line_start=chunk.line_start,
+            line_end=chunk.line_end,
+        )
 
 
 @dataclass(frozen=True)

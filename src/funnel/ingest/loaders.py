@@ -18,7 +18,7 @@ from funnel.ingest import table
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest.text import load_markdown, load_text
-from funnel.types import Kind, LoadedDocument
+from funnel.types import LOCATION_UNITS, Kind, LoadedDocument
 
 # How much of a file is read to tell what it is (git's rule for binaries looks at the first 8 KB too).
 SNIFF_BYTES = 8192
@@ -69,6 +69,10 @@ class Loader:
     # An empty one in a folder is normal (a package's __init__.py) and skipped without a word; an empty
     # document is reported by its loader.
     quiet_when_empty: bool = False
+    # How a citation names a chunk's place (`Chunk.location`): "p." + page ("slide " for a presentation),
+    # "L" + lines ("row " for a table's rows).
+    page_unit: str = "p."
+    line_unit: str = "L"
 
 
 def _is_pdf(probe: Probe) -> bool:
@@ -148,9 +152,11 @@ LOADERS: tuple[Loader, ...] = (
     Loader(Kind.CODE, "code", CODE_LANGUAGES, TEXT_MEDIA_TYPE, _code, file_names=CODE_FILENAMES,
            quiet_when_empty=True),
     Loader(table.KIND, "CSV", _plain(".csv", ".tsv"), "text/csv; charset=utf-8", table.load_table,
-           uploadable=True),
+           uploadable=True, line_unit="row "),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
+LOCATION_UNITS.update({loader.kind.value: (loader.page_unit, loader.line_unit) for loader in LOADERS
+                       if (loader.page_unit, loader.line_unit) != ("p.", "L")})
 UPLOADABLE: tuple[Loader, ...] = tuple(loader for loader in LOADERS if loader.uploadable)
 
 
