@@ -194,21 +194,6 @@ class ExtractiveGenerator:
             sentence, chunk = pool[i]
             if chunk.chunk_id not in numbers:
                 numbers[chunk.chunk_id] = len(numbers) + 1
-                citations.append(_citation(numbers[chunk.chunk_id], chunk, sentence))
+                citations.append(Citation.of(numbers[chunk.chunk_id], chunk, sentence))
             parts.append(f"{sentence} [{numbers[chunk.chunk_id]}]")
         return Answer(question, "\n".join(parts), tuple(citations), self.name, result)
-
-
-def _citation(number: int, chunk: Chunk, sentence: str) -> Citation:
-    return Citation(
-        number=number,
-        chunk_id=chunk.chunk_id,
-        doc_id=chunk.doc_id,
-        path=chunk.path,
-        title=chunk.title,
-        location=chunk.location,
-        text=sentence,
-        page=chunk.page,
-        line_start=chunk.line_start,
-        line_end=chunk.line_end,
-    )

@@ -203,24 +203,10 @@ def cited(text: str, passages: tuple[Passage, ...]) -> tuple[tuple[Citation, ...
     for match in _CITATION.finditer(text):
         # A number of thousands of digits is no passage's, and int() refuses over 4300 of them.
         used.update(int(n) for n in re.findall(r"\d+", match.group(1)) if len(n) <= 9)
-    citations = tuple(_citation(by_number[n]) for n in sorted(used) if n in by_number)
-    return citations, tuple(sorted(n for n in used if n not in by_number))
-
-
-def _citation(passage: Passage) -> Citation:
-    chunk = passage.chunk
-    return Citation(
-        number=passage.number,
-        chunk_id=chunk.chunk_id,
-        doc_id=chunk.doc_id,
-        path=chunk.path,
-        title=chunk.title,
-        location=chunk.location,
-        text=passage.text,
-        page=chunk.page,
-        line_start=chunk.line_start,
-        line_end=chunk.line_end,
+    citations = tuple(
+        Citation.of(n, by_number[n].chunk, by_number[n].text) for n in sorted(used) if n in by_number
     )
+    return citations, tuple(sorted(n for n in used if n not in by_number))
 
 
 def _body(chunk: Chunk) -> str:
