@@ -29,7 +29,8 @@ app.errors.UserNotFound: user 42 not found
 def test_serve_collections_take_the_ingest_limits(tmp_path):
     from funnel.apps.api import create_app
 
-    settings = load_settings(embedder="hashing", reranker="none", max_file_mb=0.001, data_dir=tmp_path / "data")
+    settings = load_settings(embedder="hashing", reranker="none", max_file_mb=0.001,
+                             data_dir=tmp_path / "data")
     app = create_app(settings)
     try:
         big = tmp_path / "notes.txt"
@@ -84,7 +85,8 @@ def test_the_adapters_second_stage_scores_only_the_rerank_depth():
 def test_every_way_in_builds_the_same_engine(tmp_path):
     import funnel
 
-    opened = funnel.open(tmp_path / "idx", embedder="hashing", reranker="none", k=3, policy="rrf", rerank_depth=9)
+    opened = funnel.open(tmp_path / "idx", embedder="hashing", reranker="none", k=3, policy="rrf",
+                         rerank_depth=9)
     from_settings = load_settings(index=str(tmp_path / "idx"), embedder="hashing", reranker="none", k=3,
                                   policy="rrf", rerank_depth=9).engine()
     assert opened.config == from_settings
@@ -100,14 +102,17 @@ def test_every_setting_takes_its_default_and_range_from_its_dataclass():
                     continue
                 key = section_key(section, f.name)
                 default = f.default_factory() if f.default is MISSING else f.default
-                assert model[key].default == default or model[key].default_factory() == default, (section, key)
+                made = model[key].default_factory
+                built = model[key].default if made is None else made()
+                assert built == default, (section, key)
                 assert model[key].description == f.metadata["description"], (section, key)
     assert Settings().engine() == EngineConfig()
 
 
 def test_sections_from_toml_and_environment_and_flags_in_that_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "funnel.toml").write_text('[search]\nk = 7\ncandidates = 30\n[rerank]\ndepth = 9\npolicy = "rrf"\n')
+    toml = '[search]\nk = 7\ncandidates = 30\n[rerank]\ndepth = 9\npolicy = "rrf"\n'
+    (tmp_path / "funnel.toml").write_text(toml)
     monkeypatch.setenv("FUNNEL_SEARCH__CANDIDATES", "40")
     monkeypatch.setenv("FUNNEL_LLM__BACKEND", "none")
     s = load_settings(k=4)
@@ -128,8 +133,9 @@ def test_deprecated_flat_names_work_and_say_so_once(tmp_path, monkeypatch, capsy
     assert s.database.url.get_secret_value() == "postgresql://db.internal/funnel"
     notes = capsys.readouterr().err.strip().splitlines()
     assert len(notes) == 4, notes  # k, reranker, database, llm: once each, however often settings load
-    assert "setting 'k' (in funnel.toml) is deprecated: use [search] k in funnel.toml, FUNNEL_SEARCH__K" in notes[
-        [i for i, n in enumerate(notes) if "'k'" in n][0]]
+    said = next(n for n in notes if "'k'" in n)
+    assert "setting 'k' (in funnel.toml) is deprecated: use [search] k in funnel.toml, " \
+           "FUNNEL_SEARCH__K" in said
 
 
 @pytest.mark.parametrize("toml, message", [

@@ -51,7 +51,8 @@ def open(  # noqa: A001
     - `embedder`: a spec (`minilm`, `hashing`, a model directory, `st:NAME`); by default the one the index
       was built with, else `minilm`.
     - `reranker`: a spec as in `funnel.toml` (`builtin`, `none`, `onnx:DIR`, `tei:URL`, ...) or a `Reranker`.
-    - `search_config`: the flat names of `EngineConfig.of` (`k`, `candidates`, `policy`, `guaranteed`, ...). The default
+    - `search_config`: the flat names of `EngineConfig.of` (`k`, `candidates`, `policy`, `guaranteed`, ...).
+      The default
       policy `auto` follows the index's calibration (`pipeline.calibrate()`); uncalibrated, it keeps the
       first stage's order and says why in `rerank_reason`.
     - `analyzer`: BM25 analysis for a new index (`funnel.analyze`: auto, english, cjk, korean); an existing

@@ -42,14 +42,14 @@ class RerankConfig(PolicyParams):
     """The second stage: which reranker, under which policy (`PolicyParams`: each policy's parameters), over
     how much of the window, within how long."""
 
-    backend: str = setting("builtin", "second-stage backend (`funnel.rerank`): builtin, none, onnx:DIR, tei:URL, "
-                                      "st:NAME, ollama:MODEL, ...")
+    backend: str = setting("builtin", "second-stage backend (`funnel.rerank`): builtin, none, onnx:DIR, "
+                                      "tei:URL, st:NAME, ollama:MODEL, ...")
     model: str | None = setting(None, "model name sent to an HTTP rerank API")
     api_key: str | None = setting(None, "bearer token for an HTTP rerank API", secret=True)
     max_tokens: int | None = setting(
-        None, "longest (query, passage) pair an ONNX or sentence-transformers cross-encoder scores, in tokens "
-              "(default: ONNX 192 or the model's own when shorter, sentence-transformers 256); the passage is "
-              "cut to fit", ge=16, le=512)
+        None, "longest (query, passage) pair an ONNX or sentence-transformers cross-encoder scores, in "
+              "tokens (default: ONNX 192 or the model's own when shorter, sentence-transformers 256); the "
+              "passage is cut to fit", ge=16, le=512)
     policy: RerankPolicy = setting(RerankPolicy.AUTO, f"how the reranker's scores and the first-stage order "
                                                       f"combine: {RerankPolicy.help()} (auto: the index's "
                                                       "calibration decides)")
@@ -68,8 +68,9 @@ class RerankConfig(PolicyParams):
 class IngestConfig:
     chunk_tokens: int | None = setting(None, "chunk size in embedder tokens (default: the embedder's window)",
                                        ge=16)
-    analyzer: str = setting(analyze.AUTO, "BM25 analysis of a new index (`funnel.analyze`): auto (korean with Kiwi, "
-                                    "else cjk), english, cjk, korean; an existing index keeps its own")
+    analyzer: str = setting(analyze.AUTO, "BM25 analysis of a new index (`funnel.analyze`): auto "
+                                          "(korean with Kiwi, else cjk), english, cjk, korean; an existing "
+                                          "index keeps its own")
     max_file_mb: float = setting(FileLimits.max_bytes / 1e6, "larger text, Markdown and code files are "
                                                               "skipped", gt=0)
     max_pdf_mb: float = setting(FileLimits.max_pdf_bytes / 1e6, "larger PDFs are skipped", gt=0)

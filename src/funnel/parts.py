@@ -15,15 +15,15 @@ from funnel.rerank.cache import CachedReranker
 def load_reranker(config: RerankConfig) -> Reranker | None:
     """The configured reranker behind a score cache (a pair's score depends on nothing else, so a repeated
     query, `ask` after `search` or another eval variant never scores a pair twice); None for `none`."""
-    reranker = rerank.load(config.backend, model=config.model, api_key=config.api_key, timeout_s=config.timeout_s,
-                           max_length=config.max_tokens)
+    reranker = rerank.load(config.backend, model=config.model, api_key=config.api_key,
+                           timeout_s=config.timeout_s, max_length=config.max_tokens)
     return CachedReranker(reranker) if reranker is not None else None
 
 
 def load_chat(config: LlmConfig) -> ChatModel | None:
     """The chat LLM `config.backend` names, or None."""
-    return generate.load(config.backend, model=config.model, api_key=config.api_key, timeout_s=config.timeout_s,
-                         completion=config.completion)
+    return generate.load(config.backend, model=config.model, api_key=config.api_key,
+                         timeout_s=config.timeout_s, completion=config.completion)
 
 
 def build_generator(chat: ChatModel | None, embedder: Embedder, config: LlmConfig | None = None) -> Generator:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from funnel.analyze import LEGACY, has_cjk
@@ -227,7 +227,8 @@ class Pipeline:
         fs_config, fs_label = self.resolve_first_stage(fs_config, version)
         window = max(config.grouping.candidates, k) if candidates is None else candidates
         return SearchRequest(query, k, window, fs_config, self.resolve_policy(requested, version), filter,
-                             chunks_per_document=config.grouping.chunks_per_document, first_stage_label=fs_label,
+                             chunks_per_document=config.grouping.chunks_per_document,
+                             first_stage_label=fs_label,
                              rerank_depth=config.rerank.depth, rerank_timeout_s=config.rerank.timeout_s)
 
     def resolve_first_stage(
@@ -309,8 +310,8 @@ class Pipeline:
     def second_stage(self, request: SearchRequest, candidates: list[Candidate]) -> SecondStageResult:
         """The reranker under the request's policy, or the first-stage order on any failure."""
         return second_stage(
-            request.query, candidates, self.reranker, request.policy.policy, timeout_s=request.rerank_timeout_s,
-            depth=request.rerank_depth,
+            request.query, candidates, self.reranker, request.policy.policy,
+            timeout_s=request.rerank_timeout_s, depth=request.rerank_depth,
         )
 
     def group(self, request: SearchRequest, hits: list[Hit]) -> list[DocumentHit]:
@@ -349,7 +350,9 @@ class Pipeline:
             first_stage=request.first_stage_label,
         )
 
-    def ask(self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None) -> Answer:
+    def ask(
+        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None
+    ) -> Answer:
         result = with_continuations(self.search(question, k=k, policy=policy), self.store)
         t0 = time.perf_counter()
         answer = self.generator.answer(result.query, result)

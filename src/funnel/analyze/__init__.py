@@ -23,7 +23,6 @@ keeps the analyzer it was built with (`settle`). The choice is recorded in the i
 from __future__ import annotations
 
 import logging
-import re
 from typing import Protocol
 
 from funnel.analyze.scripts import (  # noqa: F401  (the package's names)

@@ -26,7 +26,8 @@ def lexical_text(text: str) -> str:
 
 # A sentence ends at . ! ? before a capital, a digit, an opening mark or a Hangul/CJK character, or at a CJK
 # full stop (。！？), which needs no space after it. English text splits exactly as before.
-# Hangul syllables, kana and the CJK ideographs: the letters a sentence or a word in those scripts starts with.
+# Hangul syllables, kana and the CJK ideographs: the letters a sentence or a word in those scripts starts
+# with.
 CJK_LETTERS = "\uac00-\ud7a3\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
 SENTENCE_END = re.compile(f"(?<=[.!?])\\s+(?=[\"'(\\[A-Z0-9{CJK_LETTERS}])|(?<=[。！？])\\s*")
 

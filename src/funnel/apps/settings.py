@@ -40,10 +40,10 @@ from funnel.retrieve.first_stage import FirstStageConfig
 @dataclass(frozen=True)
 class ServeConfig:
     data_dir: Path = setting(Path(".funnel-data"), "collections (indexes + uploaded files)")
-    job_threads: int = setting(2, "threads running ingest and calibration jobs (0: `funnel worker` does)", ge=0,
-                               le=64)
-    job_lease_s: float = setting(30.0, "a job whose process stops renewing it is taken again after this", ge=1,
-                                 le=3600)
+    job_threads: int = setting(2, "threads running ingest and calibration jobs (0: `funnel worker` does)",
+                               ge=0, le=64)
+    job_lease_s: float = setting(30.0, "a job whose process stops renewing it is taken again after this",
+                                 ge=1, le=3600)
     max_upload_mb: int = setting(50, "largest upload request, in MiB", ge=1, le=10_000)
     api_key: str | None = setting(None, "required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, "
                                         "/metrics", secret=True)
@@ -100,7 +100,8 @@ DEPRECATED: dict[str, str] = {
     "rerank_max_tokens": "rerank.max_tokens", "policy": "rerank.policy", "guaranteed": "rerank.guaranteed",
     "rerank_weight": "rerank.weight", "rerank_rrf_k": "rerank.rrf_k", "rerank_gate": "rerank.gate",
     "rerank_depth": "rerank.depth", "rerank_timeout_s": "rerank.timeout_s",
-    "llm": "llm.backend", "llm_model": "llm.model", "llm_api_key": "llm.api_key", "llm_completion": "llm.completion",
+    "llm": "llm.backend", "llm_model": "llm.model", "llm_api_key": "llm.api_key",
+    "llm_completion": "llm.completion",
     "llm_timeout_s": "llm.timeout_s", "llm_context_tokens": "llm.context_tokens",
     "llm_answer_tokens": "llm.answer_tokens",
     "max_tokens": "ingest.chunk_tokens", "analyzer": "ingest.analyzer", "max_file_mb": "ingest.max_file_mb",
@@ -108,7 +109,8 @@ DEPRECATED: dict[str, str] = {
     "data_dir": "serve.data_dir", "job_threads": "serve.job_threads", "job_lease_s": "serve.job_lease_s",
     "max_upload_mb": "serve.max_upload_mb", "api_key": "serve.api_key", "cors_origins": "serve.cors_origins",
     "repo": "triage.repo", "incidents": "triage.incidents",
-    "slack_webhook_url": "slack.webhook_url", "slack_timeout_s": "slack.timeout_s", "slack_retries": "slack.retries",
+    "slack_webhook_url": "slack.webhook_url", "slack_timeout_s": "slack.timeout_s",
+    "slack_retries": "slack.retries",
     "database": "database.url", "search_database": "database.search_url",
 }
 
@@ -333,10 +335,10 @@ def _one_line(error: dict) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "settings"
     shown = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
     if error["type"] == "extra_forbidden":
-        known = {**{n: n for n in [*valid_names(), *SECTIONS]}, **DEPRECATED}  # a flat name points to its new one
+        known = {**{n: n for n in [*valid_names(), *SECTIONS]}, **DEPRECATED}  # a flat name: its new one
         near = difflib.get_close_matches(where, list(known), n=1, cutoff=0.5)
-        hint = [known[near[0]]] if near else difflib.get_close_matches(where.rsplit(".", 1)[-1], valid_names(), n=1,
-                                                                      cutoff=0.6)
+        bare = where.rsplit(".", 1)[-1]
+        hint = [known[near[0]]] if near else difflib.get_close_matches(bare, valid_names(), n=1, cutoff=0.6)
         return f"unknown setting {shown}" + (f"; did you mean {hint[0]}?" if hint else
                                              f"; sections: {', '.join(SECTIONS)}")
     if not error["loc"] and error["type"] == "value_error":  # a dataclass's own check: its message as it is

@@ -189,7 +189,8 @@ class PolicyChoice:
     def __post_init__(self):
         for what, value in (("weight", self.weight), ("gate", self.gate)):
             if self.kind is not RerankPolicy.RRF and value is not None:
-                raise ConfigError(f"only rrf takes a {what}, e.g. rrf:0.5 or rrf:1|gate:0.2; not {self.kind.value}")
+                raise ConfigError(f"only rrf takes a {what}, e.g. rrf:0.5 or rrf:1|gate:0.2; "
+                                  f"not {self.kind.value}")
         for what, value in (("the reranker weight", self.weight), ("the rerank gate", self.gate)):
             if value is not None:
                 _not_negative(what, value)
@@ -219,7 +220,8 @@ class PolicyChoice:
             return FIRST_STAGE_LABEL
         if self.kind is not RerankPolicy.RRF or (self.weight is None and self.gate is None):
             return self.kind.value
-        return f"rrf:{1.0 if self.weight is None else self.weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
+        weight = 1.0 if self.weight is None else self.weight
+        return f"rrf:{weight:g}" + (f"|gate:{self.gate:g}" if self.gate else "")
 
     def policy(self, params: PolicyParams) -> Policy:
         """The policy object, its parameters from `params` where this choice does not set them."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import typer
 
 from funnel.apps.cli.common import IndexOpt, JsonOpt, app, out, settings_from
 from funnel.apps.settings import explain_settings
