@@ -116,7 +116,7 @@ def test_upload_ask_and_open_a_citation(base_url, page, tmp_path):
     passage = page.locator("#passage")
     expect(passage).to_be_visible()
     expect(passage).to_contain_text("Zentara")
-    expect(page.locator("#passage-where")).to_have_text(re.compile(r"page \d+"))
+    expect(page.locator("#passage-where")).to_have_text(re.compile(r"p\.\d+"))
     link = page.locator("#passage-links a")
     expect(link).to_have_attribute("href", re.compile(r"/documents/[^/]+/file#page=\d+$"))
     expect(page.locator("#passage-heading")).to_be_focused()  # keyboard users land in the panel
@@ -240,3 +240,31 @@ def test_drop_a_file_then_delete_it(base_url, page):
     row.get_by_role("button", name=re.compile("^Delete")).click()
     expect(page.locator("#documents-empty")).to_be_visible()
     expect(page.locator("#upload-status")).to_contain_text("Deleted")
+
+
+def test_each_citation_shows_where_it_is_in_its_file(base_url, page, tmp_path):
+    """A CSV's citation reads "row 12-14" (its loader's unit), a Markdown one its heading trail too: in the
+    sources under the answer and in the passage panel."""
+    towns = "".join(f"Town {i},Country {i}\n" for i in range(1, 40))
+    rows = "city,country\n" + towns + "Zanzibar City,Tanzania\n"
+    (tmp_path / "cities.csv").write_text(rows)
+    (tmp_path / "guide.md").write_text("# Shipping\n\n## Anvils\n\nThe anvil ships on Mondays by train.")
+    page.goto(base_url + "/")
+    page.set_input_files("#file", [str(tmp_path / "cities.csv"), str(tmp_path / "guide.md")])
+    for name in ("cities", "guide"):
+        row = page.locator("#documents tbody tr", has_text=name)
+        expect(row.locator(".status")).to_have_text("ready")
+
+    page.fill("#question", "Which country is Zanzibar City in?")
+    page.press("#question", "Enter")
+    sources = page.locator(".turn .sources").last
+    expect(sources.locator("li").first).to_contain_text(re.compile(r"cities\.csv — row \d+-\d+"))
+    page.locator(".turn .answer").last.locator("button.cite").first.click()
+    expect(page.locator("#passage-where")).to_have_text(re.compile(r"row \d+-\d+"))
+    page.keyboard.press("Escape")
+
+    page.fill("#question", "Which day does the anvil ship by train?")
+    page.press("#question", "Enter")
+    expect(page.locator(".turn")).to_have_count(2)
+    expect(page.locator(".turn .sources").last.locator("li").first).to_contain_text(
+        re.compile(r"guide\.md — L\d+-\d+ · Shipping > Anvils"))

@@ -51,10 +51,38 @@ class IngestReport:
     chunks: int = 0
     problems: list[IngestError] = field(default_factory=list)
     seconds: float = 0.0
+    # Files in the named folders that no loader takes, by extension (walk's `unsupported`): not problems,
+    # but counted so that no file leaves without a word.
+    unsupported: dict[str, int] = field(default_factory=dict)
 
     @property
     def chunks_per_second(self) -> float:
         return self.chunks / self.seconds if self.seconds else 0.0
+
+    def not_documents(self) -> str:
+        """'not a document type 4, by extension (.mp3 ×3, .zip ×1)'; empty when every file was a document."""
+        if not self.unsupported:
+            return ""
+        files = sum(self.unsupported.values())
+        return f"not a document type {files}, by extension ({by_extension(self.unsupported)})"
+
+    def to_json(self) -> dict:
+        return {
+            "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
+            "removed": self.removed, "chunks": self.chunks, "seconds": round(self.seconds, 3),
+            "skipped": [{"path": p.path, "reason": p.reason} for p in self.problems],
+            "not_a_document_type": {"files": sum(self.unsupported.values()),
+                                    "by_extension": dict(self.unsupported)},
+        }
+
+
+def by_extension(counts: dict[str, int], listed: int = 8) -> str:
+    """'.mp3 ×3, .zip ×1, (no extension) ×1': the most common first; past `listed` types, how many more."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    words = [f"{suffix or '(no extension)'} ×{n}" for suffix, n in ranked[:listed]]
+    if len(ranked) > listed:
+        words.append(f"{len(ranked) - listed} more types")
+    return ", ".join(words)
 
 
 @dataclass(frozen=True)
@@ -114,7 +142,7 @@ class Indexer:
         how far a long PDF has been read, page by page."""
         started = time.perf_counter()
         found = discover([Path(p) for p in paths], self.limits)
-        report = IngestReport(problems=list(found.problems))
+        report = IngestReport(problems=list(found.problems), unsupported=dict(found.unsupported))
 
         def plan(stored: dict[str, str]) -> tuple[list[_Pending], set[str]]:
             pending: list[_Pending] = []

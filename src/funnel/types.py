@@ -214,6 +214,7 @@ class Citation:
     page: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+    heading: str | None = None  # the section's heading trail (Markdown, Word, HTML) or the code symbol
 
     @classmethod
     def of(cls, number: int, chunk: Chunk, text: str) -> Citation:
@@ -222,7 +223,7 @@ class Citation:
         return cls(
             number=number, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, path=chunk.path, title=chunk.title,
             location=chunk.location, text=text, page=chunk.page, line_start=chunk.line_start,
-            line_end=chunk.line_end,
+            line_end=chunk.line_end, heading=chunk.heading,
         )
 
 

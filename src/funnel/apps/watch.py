@@ -63,8 +63,10 @@ class WatchStatus:
 
 
 def describe(report: IngestReport) -> str:
-    return (f"{report.added} added, {report.updated} updated, {report.removed} removed, "
-            f"{report.unchanged} unchanged, {len(report.problems)} skipped")
+    """A sync in a line, with the files no loader takes by extension (`IngestReport.not_documents`)."""
+    counts = (f"{report.added} added, {report.updated} updated, {report.removed} removed, "
+              f"{report.unchanged} unchanged, {len(report.problems)} skipped")
+    return f"{counts}; {report.not_documents()}" if report.unsupported else counts
 
 
 class ChangeFilter:

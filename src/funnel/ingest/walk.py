@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,9 @@ class DiscoveryResult:
     # Folders and files under a named folder that could not be listed or stat'ed (resolved where the
     # file system allows): what was stored under them may still be there, so it must not be removed.
     unlisted: list[Path] = field(default_factory=list)
+    # Files in a walked folder that no loader takes, by extension (".zip": 3; "" for none): not problems,
+    # but said in the summary so nothing leaves silently. Ignored and hidden files are not counted.
+    unsupported: Counter[str] = field(default_factory=Counter)
 
     def display_path(self, source: SourceFile) -> str:
         """The file's path relative to the innermost root holding it, in POSIX form; absolute otherwise."""
@@ -141,9 +145,8 @@ def discover(
     files = sorted(walker.files.values(), key=lambda f: f.path.as_posix())
     problems = sorted(walker.problems, key=lambda p: p.path)
     unlisted = sorted(set(walker.unlisted), key=lambda p: p.as_posix())
-    return DiscoveryResult(
-        files=files, problems=problems, roots=roots, removal_roots=removal_roots, unlisted=unlisted
-    )
+    return DiscoveryResult(files=files, problems=problems, roots=roots, removal_roots=removal_roots,
+                           unlisted=unlisted, unsupported=walker.unsupported)
 
 
 def _add_root(roots: list[Path], root: Path) -> None:
@@ -196,6 +199,7 @@ class _Walker:
         self.files: dict[Path, SourceFile] = {}
         self.problems: list[IngestError] = []
         self.unlisted: list[Path] = []
+        self.unsupported: Counter[str] = Counter()
         self._seen_dirs: set[Path] = set()
 
     def add_named_file(self, path: Path, given: str) -> None:
@@ -261,8 +265,10 @@ class _Walker:
         if resolved in self.files:
             return
         named = by_name(resolved)
-        if not explicit and named is None:
-            return  # an image or a lock file in a tree is expected, not a problem; not even worth a read
+        if not explicit and named is None:  # an archive in a tree is expected, not a problem: counted unread
+            if not path.name.startswith("."):  # .DS_Store, .gitignore: no one expects those indexed
+                self.unsupported[path.suffix.lower()] += 1
+            return
         try:
             size = resolved.stat().st_size
             head = _read_head(resolved)

@@ -61,9 +61,11 @@ PolicyArg = Annotated[
 
 
 class Location(BaseModel):
-    """Where a passage sits in its document: `location` is "p.3" for a PDF page, "L10-24" for lines."""
+    """Where a passage sits in its document: `location` is "p.3" for a PDF page, "slide 3", "row 12-14" for
+    a table's rows, "L10-24" for lines; `heading` is its section's heading trail (or code symbol), if any."""
 
     location: str
+    heading: str | None = None
     page: int | None = None
     line_start: int | None = None
     line_end: int | None = None
@@ -121,7 +123,6 @@ class AskOut(RerankInfo):
 class Passage(Location):
     ordinal: int
     chunk_id: str
-    heading: str | None = None
     text: str
 
 
@@ -154,8 +155,8 @@ class TriageOut(TriageResult):
 
 
 def _location(chunk: Chunk) -> dict:
-    return {"location": chunk.location, "page": chunk.page, "line_start": chunk.line_start,
-            "line_end": chunk.line_end}
+    return {"location": chunk.location, "heading": chunk.heading, "page": chunk.page,
+            "line_start": chunk.line_start, "line_end": chunk.line_end}
 
 
 def _search_hit(doc: DocumentHit, result: SearchResult) -> SearchHit:
@@ -237,7 +238,7 @@ class FunnelTools:
     def ask(self, question: str, collection: CollectionArg = None, k: KArg = None,
             policy: PolicyArg = None) -> AskOut:
         """Answer a question from the documents. The answer cites passages as [1], [2], ...; `citations`
-        maps each number to its path, location (page or lines) and the cited text."""
+        maps each number to its path, location (page, slide, rows or lines), heading and the cited text."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
             answer = pipeline.ask(question, k=k, policy=policy)
@@ -246,7 +247,8 @@ class FunnelTools:
             collection=name, question=answer.question, answer=answer.text,
             citations=[
                 CitationOut(number=c.number, path=c.path, doc_id=c.doc_id, chunk_id=c.chunk_id, text=c.text,
-                            location=c.location, page=c.page, line_start=c.line_start, line_end=c.line_end)
+                            location=c.location, heading=c.heading, page=c.page, line_start=c.line_start,
+                            line_end=c.line_end)
                 for c in answer.citations
             ],
             answered_by=answer.generator, flags=list(answer.flags), fallback_reason=answer.fallback_reason,
@@ -271,8 +273,8 @@ class FunnelTools:
         return DocumentOut(
             collection=name, doc_id=doc_id, path=first.path, title=first.title, kind=first.kind,
             total_chunks=len(chunks), next_offset=end if end < len(chunks) else None,
-            chunks=[Passage(**_location(c), ordinal=c.ordinal, chunk_id=c.chunk_id, heading=c.heading,
-                            text=c.text) for c in page],
+            chunks=[Passage(**_location(c), ordinal=c.ordinal, chunk_id=c.chunk_id, text=c.text)
+                    for c in page],
         )
 
     def list_collections(self) -> CollectionsOut:

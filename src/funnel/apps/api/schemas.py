@@ -195,7 +195,8 @@ class CitationOut(BaseModel):
     document_id: str
     path: str
     title: str
-    location: str
+    location: str = Field(description="where in the file: p.3, slide 3, row 12-14, L12-14")
+    heading: str | None = Field(None, description="the section's heading trail, or the code symbol")
     page: int | None
     line_start: int | None
     line_end: int | None
@@ -205,7 +206,8 @@ class CitationOut(BaseModel):
     def of(cls, c: Citation) -> CitationOut:
         return cls(
             number=c.number, chunk_id=c.chunk_id, document_id=c.doc_id, path=c.path, title=c.title,
-            location=c.location, page=c.page, line_start=c.line_start, line_end=c.line_end, text=c.text,
+            location=c.location, heading=c.heading, page=c.page, line_start=c.line_start,
+            line_end=c.line_end, text=c.text,
         )
 
 
@@ -217,10 +219,14 @@ class SourceOut(BaseModel):
     path: str
     title: str
     page: int | None = None
+    location: str | None = Field(None, description="where its best passage is: p.3, slide 3, row 12-14")
+    heading: str | None = Field(None, description="its best passage's heading trail, or code symbol")
 
     @classmethod
     def of(cls, doc: DocumentHit) -> SourceOut:
-        return cls(rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title, page=doc.page)
+        best = doc.best.chunk
+        return cls(rank=doc.rank, document_id=doc.doc_id, path=doc.path, title=doc.title, page=doc.page,
+                   location=best.location, heading=best.heading)
 
 
 class AskResponse(BaseModel):

@@ -37,13 +37,17 @@ def ingest(
     watch: Annotated[
         bool, typer.Option("--watch", help="then keep the index in sync with the paths until Ctrl-C")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Add or update documents. Unchanged files are skipped; files removed from a folder leave the index.
     Then, when the index changed (or was never calibrated), calibrate it: the first stage's weights, and the
     reranker's say when one is configured.
-    With --watch, ingest again (incrementally) after every burst of changes."""
+    With --watch, ingest again (incrementally) after every burst of changes. The summary counts the files no
+    loader takes by extension (ignored folders and files aside); --json prints it as JSON."""
     if any(not p.strip() for p in paths):
         raise ConfigError("an empty path was given; name files or folders to ingest")
+    if as_json and watch:
+        raise ConfigError("--json prints one ingest's report; it does not go with --watch")
     settings = settings_from(index=index, embedder=embedder, reranker=reranker, analyzer=analyzer)
     stop = StopOnce("interrupted: stopping; the index keeps the last ingest that completed")
     try:
@@ -65,21 +69,32 @@ def ingest(
     except KeyboardInterrupt:
         stop.say()
         raise typer.Exit(130) from None
+    _summary(report, location_label(settings.index), as_json)
+    changed = report.added or report.updated or report.removed
+    if calibrate and (changed or pipeline.calibration_problem() is not None):
+        _calibrate(pipeline, after_ingest=True, say=err if as_json else None)
+    if watch:
+        _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def _summary(report, index: str, as_json: bool) -> None:
+    """Every file accounted for: each skipped one with its reason, the counts, then the files no loader
+    takes, by extension (standard output is the JSON alone under --json)."""
+    if as_json:
+        out.print_json(json.dumps({**report.to_json(), "index": index}))
+        return
     for problem in report.problems:
         err.print(styled("skipped", "yellow", str(problem)))
     out.print(
         f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
         f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "
-        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {location_label(settings.index)}",
+        f"in {report.seconds:.1f}s ({report.chunks_per_second:.0f} chunks/s) -> {index}",
         highlight=False,
     )
-    changed = report.added or report.updated or report.removed
-    if calibrate and (changed or pipeline.calibration_problem() is not None):
-        _calibrate(pipeline, after_ingest=True)
-    if watch:
-        _watch(pipeline, paths, settings.index, {str(p) for p in report.problems})
-    if report.problems:
-        raise typer.Exit(1)
+    if report.unsupported:
+        out.print(report.not_documents(), highlight=False)
 
 
 def _watch(pipeline, paths: list[str], index: str, said: set[str]) -> None:

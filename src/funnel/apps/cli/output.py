@@ -33,12 +33,18 @@ def print_calibration(result) -> None:
               f"reranker {result.reranker}, embedder {result.embedder}")
 
 
+def place(location: str, heading: str | None) -> str:
+    """Where a passage is: its location in the file (`p.3`, `row 4-6`, `L12-14`), then its heading trail."""
+    return f"{location} · {heading}" if heading else location
+
+
 def print_documents(result: SearchResult) -> None:
     if not result.documents:
         out.print("no matching documents")
     for doc in result.documents:
         best = doc.best.chunk
-        out.print(Text.assemble((f"{doc.rank}. {doc.path}", "bold"), f" ({best.location})  score {doc.score:.4f}"))
+        out.print(Text.assemble((f"{doc.rank}. {doc.path}", "bold"),
+                                f" ({place(best.location, best.heading)})  score {doc.score:.4f}"))
         snippet = " ".join(best.text.split())
         out.print(f"   {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     print_status(result)
@@ -68,7 +74,7 @@ def print_explain(result: SearchResult) -> None:
             "-" if hit.rerank_score is None else f"{hit.rerank_score:.3f}",
             "guaranteed" if hit.guaranteed else "past cap" if c.past_cap else "",
             c.chunk.path,
-            c.chunk.location,
+            place(c.chunk.location, c.chunk.heading),
         )
     out.print(table)
     out.print(window_note(result))
@@ -120,7 +126,7 @@ def print_answer(answer: Answer) -> None:
     out.print(answer.text)
     out.print()
     for c in answer.citations:
-        out.print(f"[{c.number}] {c.path} ({c.location})")
+        out.print(f"[{c.number}] {c.path} ({place(c.location, c.heading)})")
     out.print(f"answered by: {answer.generator}", style="dim")
     if answer.fallback_reason:
         err.print(styled("note:", "yellow", f"the LLM did not answer ({answer.fallback_reason})"))
@@ -133,6 +139,12 @@ def print_answer(answer: Answer) -> None:
 def result_json(result: SearchResult) -> dict:
     data = asdict(result)
     data["rerank_status"] = result.rerank_status.value
+    # `location` is a property, which asdict leaves out: each chunk gets it beside its page and lines.
+    for doc, doc_data in zip(result.documents, data["documents"]):
+        for hit, hit_data in zip(doc.hits, doc_data["hits"]):
+            hit_data["candidate"]["chunk"]["location"] = hit.chunk.location
+    for hit, hit_data in zip(result.hits, data["hits"]):
+        hit_data["candidate"]["chunk"]["location"] = hit.chunk.location
     return json.loads(json.dumps(data, default=str))
 
 

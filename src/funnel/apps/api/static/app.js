@@ -205,7 +205,8 @@ async function showPassage(c, opener) {
   const links = $("passage-links");
   links.replaceChildren();
   if (c.document_id) {
-    const isPdf = /\.pdf$/i.test(c.path || "") || (c.page !== null && c.page !== undefined);
+    // A page of a PDF (a slide's number is no page of the original file).
+    const isPdf = /\.pdf$/i.test(c.path || "") || (c.page != null && /^p\./.test(c.location || ""));
     links.append(isPdf && c.page
       ? fileLink(c.document_id, c.page, `Open the PDF at page ${c.page}`)
       : fileLink(c.document_id, null, "Open the original file"));

@@ -28,12 +28,16 @@ export function formatTime(value) {
   return isNaN(date) ? String(value) : date.toLocaleString();
 }
 
-/** Where a citation or chunk sits: "page 2", "lines 3–5". */
+/** Where a citation or chunk sits: the server's location, in its file type's units ("p.2", "slide 3",
+ * "row 4-6", "L3-5"), then its section's heading trail, if it has one. */
 export function where(c) {
+  return [c.location || lines(c), c.heading].filter(Boolean).join(" · ");
+}
+
+function lines(c) {  // an object from before `location` was sent
   if (c.page !== null && c.page !== undefined) return `page ${c.page}`;
   if (c.line_start !== null && c.line_start !== undefined) {
     return c.line_end && c.line_end !== c.line_start ? `lines ${c.line_start}–${c.line_end}` : `line ${c.line_start}`;
   }
   return "";
 }
-
