@@ -17,6 +17,8 @@ from typing import BinaryIO
 from funnel.ingest import table
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
+from funnel.ingest import slides, word
+from funnel.ingest.office import package_recogniser
 from funnel.ingest.text import load_markdown, load_text
 from funnel.types import LOCATION_UNITS, Kind, LoadedDocument
 
@@ -153,6 +155,24 @@ LOADERS: tuple[Loader, ...] = (
            quiet_when_empty=True),
     Loader(table.KIND, "CSV", _plain(".csv", ".tsv"), "text/csv; charset=utf-8", table.load_table,
            uploadable=True, line_unit="row "),
+    Loader(word.DOCX, word.DOCX_LABEL, _plain(".docx"),
+           "application/vnd.openxmlformats-officedocument.wordprocessingml.document", word.load_docx,
+           binary=True, limit=SizeLimit.DOCUMENT, uploadable=True,
+           recognise=package_recogniser(zip_holding("[Content_Types].xml", "word/document.xml"), ".docx"),
+           mark="the parts of a Word document ([Content_Types].xml, word/document.xml)"),
+    Loader(word.ODT, word.ODT_LABEL, _plain(".odt"), "application/vnd.oasis.opendocument.text",
+           word.load_odt, binary=True, limit=SizeLimit.DOCUMENT, uploadable=True,
+           recognise=zip_mimetype("application/vnd.oasis.opendocument.text"),
+           mark="a zip starting with the mimetype application/vnd.oasis.opendocument.text"),
+    Loader(slides.PPTX, slides.PPTX_LABEL, _plain(".pptx"),
+           "application/vnd.openxmlformats-officedocument.presentationml.presentation", slides.load_pptx,
+           binary=True, limit=SizeLimit.DOCUMENT, uploadable=True, page_unit="slide ",
+           recognise=package_recogniser(zip_holding("[Content_Types].xml", "ppt/presentation.xml"), ".pptx"),
+           mark="the parts of a PowerPoint presentation ([Content_Types].xml, ppt/presentation.xml)"),
+    Loader(slides.ODP, slides.ODP_LABEL, _plain(".odp"), "application/vnd.oasis.opendocument.presentation",
+           slides.load_odp, binary=True, limit=SizeLimit.DOCUMENT, uploadable=True, page_unit="slide ",
+           recognise=zip_mimetype("application/vnd.oasis.opendocument.presentation"),
+           mark="a zip starting with the mimetype application/vnd.oasis.opendocument.presentation"),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
 LOCATION_UNITS.update({loader.kind.value: (loader.page_unit, loader.line_unit) for loader in LOADERS
