@@ -13,7 +13,7 @@ import pytest
 from funnel.apps.api.errors import UnsupportedType
 from funnel.apps.api.uploads import Upload, check
 from funnel.errors import IngestError
-from funnel.ingest import zipped
+from funnel.ingest import office, opendocument, zipped
 from funnel.ingest.loaders import BY_KIND, find
 from funnel.ingest.slides import load_odp, load_pptx
 from funnel.ingest.walk import discover
@@ -168,6 +168,21 @@ def test_a_word_document_keeps_its_headings_lists_and_table_rows(tmp_path):
     assert titled.document.title == "Q3 Guide"  # the core properties' title first
 
 
+def test_a_word_paragraph_keeps_tracked_insertions_and_drops_deletions(tmp_path):
+    from docx import Document
+    from docx.oxml import parse_xml
+
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main" w:id="1" w:author="a"'
+    doc = Document()
+    paragraph = doc.add_paragraph("Ship it ")
+    paragraph._p.append(parse_xml(f'<w:ins {w}><w:r><w:t>on Friday</w:t></w:r></w:ins>'))
+    paragraph._p.append(parse_xml(f'<w:del {w}><w:r><w:delText>on Monday</w:delText></w:r></w:del>'))
+    doc.save(tmp_path / "changes.docx")
+    loaded = load_docx(tmp_path / "changes.docx", "d", "changes.docx")
+    assert sections(loaded) == [(None, "prose", "Ship it on Friday")]
+    assert loaded.document.title == "changes.docx"  # no title, no heading: its file name
+
+
 def test_an_opendocument_text_reads_as_its_word_twin(tmp_path):
     loaded = load_odt(make_odt(tmp_path / "manual.odt"), "d", "manual.odt")
     assert loaded.document.kind == "odt" and loaded.document.title == "Operations Manual"  # dc:title
@@ -261,6 +276,29 @@ def test_a_zip_bomb_named_docx_is_refused_from_its_directory(tmp_path, monkeypat
     assert refusal(tmp_path, "big.docx", good).startswith("refused: a zip bomb (unpacks to ")
 
 
+def test_an_xml_part_too_large_to_parse_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(office, "MAX_XML_BYTES", 1000)
+    odt = make_odt(tmp_path / "long.odt").read_bytes()
+    refused = refusal(tmp_path, "long.odt", odt, load_odt)
+    assert refused.startswith("refused: content.xml unpacks to 0 MB of XML, over 0 MB")
+
+
+def test_repeated_cells_and_rows_of_an_opendocument_table_are_bounded():
+    from odf.table import Table, TableCell, TableRow
+    from odf.text import P
+
+    table = Table(name="T")
+    for values, repeat in [(["Name", "Qty"], 1), (["bolt", "7"], 3), (["", ""], 1_048_576)]:
+        row = TableRow(numberrowsrepeated=repeat)
+        for value in values:
+            cell = TableCell()
+            cell.addElement(P(text=value))
+            row.addElement(cell)
+        row.addElement(TableCell(numbercolumnsrepeated=16_384))  # formatting out to the last column
+        table.addElement(row)
+    assert opendocument.table_rows(table) == [["Name", "Qty"]] + [["bolt", "7"]] * 3
+
+
 def test_without_the_library_the_line_says_what_to_install(tmp_path, monkeypatch):
     path = make_docx(tmp_path / "guide.docx")
     monkeypatch.setitem(sys.modules, "docx", None)  # import docx raises ImportError
@@ -305,8 +343,9 @@ def test_an_ingest_lists_each_bad_office_file_in_one_line_and_goes_on(tmp_path):
     good = make_pptx(docs / "deck.pptx").read_bytes()
     (docs / "cut.pptx").write_bytes(good[: len(good) // 3])
     (docs / "secret.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 4000)
-    (docs / "bomb.docx").write_bytes(zip_of(("[Content_Types].xml", b"<Types/>"),
-                                            ("word/document.xml", b" " * 20_000_000), method=zipfile.ZIP_DEFLATED))
+    bomb = zip_of(("[Content_Types].xml", b"<Types/>"), ("word/document.xml", b" " * 20_000_000),
+                  method=zipfile.ZIP_DEFLATED)
+    (docs / "bomb.docx").write_bytes(bomb)
     report = funnel.open(tmp_path / "index", embedder="hashing", reranker="none").ingest([docs])
     assert report.added == 1
     reasons = {Path(p.path).name: p.reason for p in report.problems}

@@ -26,6 +26,9 @@ from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
 OLE_MAGIC = b"\xd0\xcf\x11\xe0"
 ZIP_MAGIC = b"PK\x03\x04"
+# A parser holds a whole XML part as a tree of a few times its size (lxml; odfpy's DOM more): one part past
+# this (a document.xml of tens of thousands of pages) is refused rather than read into gigabytes.
+MAX_XML_BYTES = 64 * 2**20
 _DETAIL_CHARS = 120
 _CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError)
 
@@ -45,12 +48,20 @@ def read_package(path: Path, display_path: str, label: str) -> bytes:
         raise IngestError(display_path, f"not a {label} (not a zip package)")
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            unsafe = zip_is_safe(archive)
+            unsafe = zip_is_safe(archive) or _too_much_xml(archive.infolist())
     except (*_CORRUPT, ValueError, OSError) as e:
         raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
     if unsafe is not None:
         raise IngestError(display_path, f"refused: {unsafe}")
     return raw
+
+
+def _too_much_xml(entries: list[zipfile.ZipInfo]) -> str | None:
+    for entry in entries:
+        if entry.filename.endswith((".xml", ".rels")) and entry.file_size > MAX_XML_BYTES:
+            return (f"{entry.filename} unpacks to {entry.file_size / 2**20:,.0f} MB of XML, over "
+                    f"{MAX_XML_BYTES // 2**20} MB (too large to parse)")
+    return None
 
 
 def library(display_path: str, label: str, package: str, load: Callable[[], T]) -> T:

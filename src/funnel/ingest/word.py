@@ -28,6 +28,10 @@ _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _HEADING_STYLE = re.compile(r"heading\s*(\d+)", re.IGNORECASE)
 _LIST_STYLE = re.compile(r"list(?: bullet| number| paragraph)?(?: (\d))?", re.IGNORECASE)
 _BODY_TEXT_LEVEL = 9  # w:outlineLvl 9 is "body text"; 0..8 are heading levels 1..9
+# A paragraph's runs, also inside tracked insertions, fields and content controls (python-docx's
+# Paragraph.text reads only its direct runs and links); not deleted text, not a text box's (its own
+# paragraphs), and not the fallback copy of a drawing, which repeats its choice.
+_RUNS = ".//w:r[not(ancestor::w:del or ancestor::w:txbxContent or ancestor::*[local-name()='Fallback'])]"
 
 
 def load_docx(
@@ -62,7 +66,7 @@ def _read_docx_body(document: Any, body: Any, outline: Outline) -> None:
             _docx_paragraph(Paragraph(child, document), outline)
         elif child.tag == f"{_W}tbl":
             table = Table(child, document)
-            outline.table([[cell.text for cell in row.cells] for row in table.rows])
+            outline.table([[_cell_text(cell) for cell in row.cells] for row in table.rows])
         elif child.tag == f"{_W}sdt":  # a content control (a cover page, a form field): its content counts
             for content in child.iterchildren(f"{_W}sdtContent"):
                 _read_docx_body(document, content, outline)
@@ -74,14 +78,23 @@ def _docx_paragraph(paragraph: Any, outline: Outline) -> None:
     if name.lower().startswith("toc"):
         return  # a table of contents repeats the headings
     level = _heading_level(paragraph, style, name)
+    text = _text(paragraph._p)
     if level is not None:
-        outline.heading(level, paragraph.text)
+        outline.heading(level, text)
         return
     depth = _list_depth(paragraph, name)
     if depth is not None:
-        outline.item(paragraph.text, depth)
+        outline.item(text, depth)
     else:
-        outline.paragraph(paragraph.text)
+        outline.paragraph(text)
+
+
+def _text(p: Any) -> str:
+    return "".join(run.text for run in p.xpath(_RUNS))
+
+
+def _cell_text(cell: Any) -> str:
+    return "\n".join(_text(p) for p in cell._tc.xpath("./w:p"))
 
 
 def _heading_level(paragraph: Any, style: Any, name: str) -> int | None:
