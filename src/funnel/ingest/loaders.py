@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from funnel.ingest import table
+from funnel.ingest import epub, html, mail, sheets
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest import slides, word
@@ -139,6 +140,14 @@ def _code(path: Path, doc_id: str, display_path: str, language: str | None, page
     return load_code(path, doc_id, display_path, language=language)
 
 
+def _eml(path: Path, doc_id: str, display_path: str, language: str | None, pages) -> LoadedDocument:
+    return mail.load_eml(path, doc_id, display_path, find=find)  # attachments through this table
+
+
+def _mbox(path: Path, doc_id: str, display_path: str, language: str | None, pages) -> LoadedDocument:
+    return mail.load_mbox(path, doc_id, display_path, find=find)
+
+
 def _plain(*suffixes: str) -> dict[str, str | None]:
     return dict.fromkeys(suffixes)
 
@@ -173,6 +182,26 @@ LOADERS: tuple[Loader, ...] = (
            slides.load_odp, binary=True, limit=SizeLimit.DOCUMENT, uploadable=True, page_unit="slide ",
            recognise=zip_mimetype("application/vnd.oasis.opendocument.presentation"),
            mark="a zip starting with the mimetype application/vnd.oasis.opendocument.presentation"),
+    Loader(sheets.XLSX, "Microsoft Excel workbook", _plain(".xlsx"),
+           "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", sheets.load_xlsx, binary=True,
+           limit=SizeLimit.DOCUMENT, recognise=zip_holding("[Content_Types].xml", "xl/workbook.xml"),
+           mark="the parts of an Excel workbook ([Content_Types].xml, xl/workbook.xml)", uploadable=True,
+           line_unit="row "),
+    Loader(sheets.ODS, "OpenDocument spreadsheet", _plain(".ods"),
+           "application/vnd.oasis.opendocument.spreadsheet", sheets.load_ods, binary=True,
+           limit=SizeLimit.DOCUMENT, recognise=zip_mimetype("application/vnd.oasis.opendocument.spreadsheet"),
+           mark="a zip starting with the mimetype application/vnd.oasis.opendocument.spreadsheet",
+           uploadable=True, line_unit="row "),
+    # Served back as text: an uploaded page served as text/html would run its scripts on the service's origin.
+    Loader(html.HTML, "web page", _plain(".html", ".htm"), TEXT_MEDIA_TYPE, html.load_html,
+           limit=SizeLimit.DOCUMENT, uploadable=True),
+    Loader(epub.EPUB, "book (EPUB)", _plain(".epub"), "application/epub+zip", epub.load_epub, binary=True,
+           limit=SizeLimit.DOCUMENT, recognise=zip_mimetype("application/epub+zip"),
+           mark="a zip starting with the mimetype application/epub+zip", uploadable=True),
+    Loader(mail.EML, "mail message", _plain(".eml"), "message/rfc822", _eml, limit=SizeLimit.DOCUMENT,
+           uploadable=True),
+    Loader(mail.MBOX, "mailbox", _plain(".mbox"), "application/mbox", _mbox, limit=SizeLimit.DOCUMENT,
+           uploadable=True),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
 LOCATION_UNITS.update({loader.kind.value: (loader.page_unit, loader.line_unit) for loader in LOADERS

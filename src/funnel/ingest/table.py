@@ -61,7 +61,7 @@ def table_sections(text: str, dialect: type[csv.Dialect], display_path: str) -> 
     """The TABLE sections of a table's text: runs of rows on consecutive lines, one line each."""
     reader = csv.reader(io.StringIO(text), dialect)
     header: list[str] | None = None
-    runs = _Runs()
+    runs = Runs()
     read_to = rows = 0
     try:
         for cells in reader:
@@ -87,7 +87,7 @@ def table_sections(text: str, dialect: type[csv.Dialect], display_path: str) -> 
     return runs.done()
 
 
-class _Runs:
+class Runs:
     """Rows into sections; a section's rows lie on consecutive lines, one each, so the chunker's line count
     from the section's first line is the row's line on disk."""
 
