@@ -26,11 +26,12 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-run: install
-	$(BIN)/funnel ingest samples/docs --index $(DEMO)
+run: install ocr
+	$(BIN)/funnel ingest samples/docs --index $(DEMO) \
+		|| (! command -v tesseract >/dev/null && echo "make run: no Tesseract, so the scan was skipped")
 	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
 
-test: install $(LLM_STAMP) browser
+test: install $(LLM_STAMP) browser ocr
 	$(BIN)/python -m pytest -q
 
 # The edit loop's lane: no real model, no process, server or PostgreSQL started per test (tests/conftest.py
@@ -107,6 +108,22 @@ else
 		    chromium-headless-shell) \
 		|| echo "make browser: could not install chromium-headless-shell (root and Debian's apt needed); the web page tests will skip"
 	$(BIN)/python -m pip install -q 'playwright>=1.40'
+endif
+
+# OCR of scanned PDF pages and images (src/funnel/ingest/ocr.py): Debian's Tesseract with its English and
+# Korean data (~25 MB and its libraries, no recommended packages), a program rather than a wheel. As for the
+# browser: apt-get, as root, only when no tesseract with Korean data is there. `make run OCR=skip` / `make
+# test OCR=skip` leave the system alone; scans are then skipped with one line each and the OCR tests skip.
+OCR ?= install
+.PHONY: ocr
+ocr:
+ifeq ($(OCR),skip)
+	@echo "make ocr: skipped (OCR=skip); scans will be skipped with one line each, the OCR tests will skip"
+else
+	tesseract --list-langs 2>/dev/null | grep -qx kor \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		    tesseract-ocr tesseract-ocr-eng tesseract-ocr-kor) \
+		|| echo "make ocr: could not install tesseract-ocr (root and Debian's apt needed); scans will be skipped"
 endif
 
 # A real LLM server for tests/test_llm_real.py: llama-cpp-python's OpenAI-compatible server and Gemma 3 270M

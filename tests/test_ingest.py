@@ -110,7 +110,7 @@ def test_a_named_folder_is_never_ignored_by_the_rules_above_it(tmp_path):
 
 
 def test_a_named_folder_with_nothing_to_ingest_says_so(tmp_path):
-    write(tmp_path / "pics" / "a.png", "not text")
+    write(tmp_path / "pics" / "a.gif", "not text")
     write(tmp_path / "pics" / "node_modules" / "x.md", "# dependency\n")
 
     result = discover([tmp_path / "pics"])
@@ -131,7 +131,7 @@ def test_dependency_and_cache_folders_are_skipped(tmp_path):
 
 
 def test_binary_files_are_skipped_and_reported(tmp_path):
-    write(tmp_path / "logo.png", b"\x89PNG\r\n\x1a\n\x00\x00")
+    write(tmp_path / "logo.gif", b"GIF89a\x01\x00\x01\x00\x00\x00")  # PNG, JPEG and TIFF are read (OCR)
     write(tmp_path / "blob.py", b"print(1)\x00\x01\x02binary")
     write(tmp_path / "ok.py", "print(1)\n")
 
@@ -139,7 +139,7 @@ def test_binary_files_are_skipped_and_reported(tmp_path):
 
     assert names(result) == ["ok.py"]
     assert "binary" in reasons(result)["blob.py"]
-    assert "logo.png" not in reasons(result)  # an image in a tree is expected, not a problem
+    assert "logo.gif" not in reasons(result)  # an image in a tree is expected, not a problem
 
 
 def test_huge_files_are_skipped_and_reported(tmp_path):
@@ -186,11 +186,11 @@ def test_nonexistent_path_is_reported(tmp_path):
 
 def test_named_files_report_every_skip(tmp_path):
     data = write(tmp_path / "data.xyz", "hello\n")
-    image = write(tmp_path / "photo.png", b"\x89PNG\r\n\x1a\n\x00\x00")
+    image = write(tmp_path / "photo.gif", b"GIF89a\x01\x00\x01\x00\x00\x00")
     result = discover([data, image])
     assert result.files == []
     assert "unsupported file type" in reasons(result)["data.xyz"]
-    assert "binary" in reasons(result)["photo.png"]
+    assert "binary" in reasons(result)["photo.gif"]
 
 
 def test_empty_package_markers_are_skipped_but_empty_documents_reach_their_loader(tmp_path):

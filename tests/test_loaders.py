@@ -107,11 +107,11 @@ def test_a_binary_loader_is_not_refused_by_the_nul_check_and_takes_its_size_clas
 
 def test_walk_reports_unknown_types_as_before(tmp_path):
     (tmp_path / "data.xyz").write_text("hello\n")
-    (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "photo.webp").write_bytes(b"RIFF\x00\x00\x00\x00WEBPVP8 ")  # PNG, JPEG, TIFF are read (OCR)
     (tmp_path / "fake.pdf").write_bytes(b"not a pdf at all")
-    named = discover([tmp_path / "data.xyz", tmp_path / "photo.png", tmp_path / "fake.pdf"])
+    named = discover([tmp_path / "data.xyz", tmp_path / "photo.webp", tmp_path / "fake.pdf"])
     assert {Path(p.path).name: p.reason for p in named.problems} == {
-        "data.xyz": "unsupported file type '.xyz'", "photo.png": "binary file",
+        "data.xyz": "unsupported file type '.xyz'", "photo.webp": "binary file",
         "fake.pdf": "not a PDF: its content lacks a %PDF- header in its first 1024 bytes"}
     walked = discover([tmp_path])  # in a folder an unknown type is expected; a false PDF is still said
     assert walked.files == [] and [Path(p.path).name for p in walked.problems] == ["fake.pdf"]
@@ -123,8 +123,8 @@ def test_the_watcher_follows_every_type_a_loader_takes(tmp_path):
     for name in ("a.md", "b.pdf", "c.docx"):
         (tmp_path / name).write_bytes(b"x")
         assert watch.relevant([str(tmp_path / name)]) == (by_name(Path(name)) is not None), name
-    (tmp_path / "d.png").write_bytes(b"x")
-    assert not watch.relevant([str(tmp_path / "d.png")])
+    (tmp_path / "d.gif").write_bytes(b"x")
+    assert not watch.relevant([str(tmp_path / "d.gif")])
 
 
 def upload_of(name: str, data: bytes) -> Upload:

@@ -233,7 +233,7 @@ def test_the_change_filter_follows_the_walk(tmp_path):
     for path in ("a.md", "src/b.py", ".gitignore", "gone-folder"):
         assert relevant([str(tmp_path / path)]), path
     ignored = (".funnel/data/x.lance", ".a.md.swp", "a.md~", "4913", "x.log", "out/a.md", "node_modules/a.js",
-               "lock.yaml.lock", "image.png")
+               "lock.yaml.lock", "image.gif")
     for path in ignored:
         assert not relevant([str(tmp_path / path)]), path
     assert not ChangeFilter([tmp_path / "a.md"]).relevant([str(tmp_path / "b.md")])  # a named file's sibling

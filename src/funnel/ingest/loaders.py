@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import BinaryIO
 
-from funnel.ingest import table
+from funnel.ingest import image, table
 from funnel.ingest import epub, html, mail, sheets
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
@@ -201,6 +201,10 @@ LOADERS: tuple[Loader, ...] = (
     Loader(mail.EML, "mail message", _plain(".eml"), "message/rfc822", _eml, limit=SizeLimit.DOCUMENT,
            uploadable=True),
     Loader(mail.MBOX, "mailbox", _plain(".mbox"), "application/mbox", _mbox, limit=SizeLimit.DOCUMENT,
+           uploadable=True),
+    # Scans and photos of text, read by OCR; served as image/png (browsers sniff an image's real format).
+    Loader(image.KIND, image.LABEL, _plain(".png", ".jpg", ".jpeg", ".tif", ".tiff"), "image/png",
+           image.load_image, binary=True, limit=SizeLimit.DOCUMENT, recognise=image.is_image, mark=image.MARK,
            uploadable=True),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}

@@ -12,6 +12,10 @@ like "who is the CEO of Zentara Robotics?" has nothing to match; as "Company: Ze
 Kallas" the row answers it alone. Text inside a table's box is taken out of the prose so it is not
 indexed twice. A table that runs on over a page break without repeating its header row keeps the header
 of the page before.
+
+A page with no text layer (a scan) is rendered and read by OCR (`funnel.ingest.pdf_ocr`); only such pages
+are. When OCR cannot run (Tesseract missing, failing, too slow), a PDF with text pages keeps them, and one
+with none is skipped with one line that says why.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
+from funnel.ingest.ocr import OcrEngine
 from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
+from funnel.ingest.pdf_ocr import ScannedPages, has_text_layer
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -75,27 +81,38 @@ class _Header:
     cells: list[str]  # whitespace-normalised, as in the header row
 
 
-def load_pdf(path: Path, doc_id: str, display_path: str, pages=None) -> LoadedDocument:
-    """The PDF's sections; `pages(display_path, read, total)` is told after each page (long manuals)."""
+def load_pdf(
+    path: Path, doc_id: str, display_path: str, pages=None, engine: OcrEngine | None = None
+) -> LoadedDocument:
+    """The PDF's sections; `pages(display_path, read, total)` is told after each page (long manuals) and
+    before a scanned page's OCR. A page with no text layer is read by OCR (`engine`, default Tesseract)."""
     pdfplumber = _import_pdfplumber()
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    scans = ScannedPages(path, engine)
     try:
         with pdfplumber.open(path) as pdf:
             on_page = (lambda read, total: pages(display_path, read, total)) if pages else None
-            with SecondOpinion(path) as second:
-                sections = _sections(pdf.pages, on_page, second)
+            with SecondOpinion(path) as second, scans:
+                sections = _sections(pdf.pages, on_page, second, scans)
     except IngestError:
         raise
     except Exception as e:  # pdfminer raises a zoo of types for broken files; all mean the same here
         raise IngestError(display_path, _reason(e)) from e
     if not sections:
-        raise IngestError(display_path, "no extractable text: no text layer (a scanned or image-only PDF?); "
-                                        "funnel does not OCR, so run it through an OCR tool such as ocrmypdf first")
+        raise IngestError(display_path, _why_empty(scans))
     document = file_document(doc_id, display_path, Kind.PDF, raw)
     return LoadedDocument(document=document, sections=tuple(sections))
+
+
+def _why_empty(scans: ScannedPages) -> str:
+    if scans.failure is not None:
+        return f"no extractable text: no text layer (a scanned PDF?), and OCR failed: {scans.failure}"
+    if scans.read_pages:
+        return f"no extractable text: no text layer, and OCR found none on its {scans.read_pages} page(s)"
+    return "no extractable text"
 
 
 def _import_pdfplumber() -> Any:
@@ -121,16 +138,29 @@ def _reason(error: Exception) -> str:
     return f"not a readable PDF ({detail})"
 
 
-def _sections(pages: list[Any], on_page=None, second: SecondOpinion | None = None) -> list[Section]:
+def _read_pages(pages: list[Any], on_page, second: SecondOpinion | None, scans: ScannedPages | None) -> list:
+    """(tables, lines) of every page: pdfminer's, pdfium's for a page it garbles, OCR's for a scanned one."""
     read = []
     for number, page in enumerate(pages, start=1):
-        tables, lines = _read_page(page)
-        if second is not None and garbled(lines):
-            tables, lines = [], second.lines(number - 1) or lines
+        if scans is not None and not has_text_layer(page):
+            page.close()
+            if on_page:
+                on_page(number - 1, len(pages))  # OCR takes seconds: show the file meanwhile
+            tables, lines = [], scans.lines(number - 1)
+        else:
+            tables, lines = _read_page(page)
+            if second is not None and garbled(lines):
+                tables, lines = [], second.lines(number - 1) or lines
         read.append((tables, lines))
         if on_page:
             on_page(number, len(pages))
-    read = without_running_lines(read)
+    return without_running_lines(read)
+
+
+def _sections(
+    pages: list[Any], on_page=None, second: SecondOpinion | None = None, scans: ScannedPages | None = None
+) -> list[Section]:
+    read = _read_pages(pages, on_page, second, scans)
     # Body size is judged over the whole document, so a cover page holding only a big title still
     # reads as a heading rather than as the "body" of that page.
     body_size = _body_font_size([line for _, lines in read for line in lines])
