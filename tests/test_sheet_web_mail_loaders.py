@@ -76,7 +76,7 @@ PAGE = """<html><head><title>Camelid Guide</title><script>var x = "SCRIPTWORD";<
 <p>Llamas were domesticated in the Andes thousands of years ago and are still used as pack animals there.</p>
 <table><tr><th>Animal</th><th>Region</th></tr><tr><td>Llama</td><td>Peru</td></tr>
 <tr><td>Vicuna</td><td>Altiplano</td></tr></table>
-<h2>Alpacas</h2><p>Alpacas are bred for their fibre, which is soft, warm and free of lanolin, unlike sheep wool.</p>
+<h2>Alpacas</h2><p>Alpacas are bred for their fibre, which is soft, warm and free of lanolin.</p>
 </article><footer>Copyright FOOTERWORD</footer></body></html>"""
 
 
@@ -108,7 +108,8 @@ def write_epub(path: Path, drm: bool = False) -> Path:
 ENCRYPTION = """<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
  xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
 <enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
-<enc:CipherData><enc:CipherReference URI="EPUB/one.xhtml"/></enc:CipherData></enc:EncryptedData></encryption>"""
+<enc:CipherData><enc:CipherReference URI="EPUB/one.xhtml"/></enc:CipherData>
+</enc:EncryptedData></encryption>"""
 
 
 def message(subject: str, body: str, attachment: tuple[str, str, bytes] | None = None) -> bytes:
@@ -143,7 +144,7 @@ def write_mail(folder: Path) -> tuple[Path, Path]:
     return eml, box
 
 
-# --- spreadsheets ----------------------------------------------------------------------------------------------
+# --- spreadsheets -------------------------------------------------------------------------------------------
 
 
 def test_an_xlsx_is_a_section_group_per_sheet_with_the_header_on_each_row(tmp_path):
@@ -187,7 +188,7 @@ def test_spreadsheets_html_epub_and_mail_are_ingested_and_found(tmp_path):
     assert pipeline.search("vet Thursday cria").documents[0].best.chunk.heading == "Vet visit"
 
 
-# --- web pages and books ---------------------------------------------------------------------------------------
+# --- web pages and books ------------------------------------------------------------------------------------
 
 
 def test_a_web_page_keeps_its_headings_and_tables_and_drops_navigation_and_scripts(tmp_path):
@@ -198,7 +199,8 @@ def test_a_web_page_keeps_its_headings_and_tables_and_drops_navigation_and_scrip
     found = [(s.heading, s.kind, s.text) for s in loaded.sections]
     assert [heading for heading, _, _ in found] == [
         "Camelids", "Camelids > Llamas", "Camelids > Llamas", "Camelids > Alpacas"]
-    assert found[2][1:] == (SectionKind.TABLE, "Animal: Llama | Region: Peru\nAnimal: Vicuna | Region: Altiplano")
+    assert found[2][1:] == (SectionKind.TABLE,
+                            "Animal: Llama | Region: Peru\nAnimal: Vicuna | Region: Altiplano")
     text = " ".join(s.text for s in loaded.sections)
     assert not any(word in text for word in ("SCRIPTWORD", "NAVWORD", "FOOTERWORD", "color"))
 
@@ -218,16 +220,16 @@ def test_an_epubs_chapters_are_sections_in_spine_order_under_their_titles(tmp_pa
         ("Chapter One: Llamas", "Llamas carry packs across the puna.")]
 
 
-# --- mail ------------------------------------------------------------------------------------------------------
+# --- mail ---------------------------------------------------------------------------------------------------
 
 
 def test_a_message_starts_with_its_headers_and_its_attachment_goes_through_the_loaders(tmp_path):
     eml, _ = write_mail(tmp_path)
     own, census = read(eml).sections
     assert own.heading == "Quarterly llama census"
-    assert own.text.splitlines()[:4] == ["From: Ana Souza <ana@example.org>", "To: Herd Team <team@example.org>",
-                                         "Date: Tue, 01 Dec 2026 10:00:00 +0000",
-                                         "Subject: Quarterly llama census"]
+    assert own.text.splitlines()[:4] == [
+        "From: Ana Souza <ana@example.org>", "To: Herd Team <team@example.org>",
+        "Date: Tue, 01 Dec 2026 10:00:00 +0000", "Subject: Quarterly llama census"]
     assert "Hi all, the census numbers are attached." in own.text
     assert "Attachments skipped: old-records.zip (no loader for it)" in own.text
     assert (census.heading, census.kind, census.text, census.line_start) == (
@@ -244,6 +246,22 @@ def test_a_mailbox_is_a_section_per_message_up_to_its_cap(tmp_path, monkeypatch)
     assert capped[-1].text == "Only the first 1 of the 2 messages in this mailbox were read."
 
 
+def test_a_forwarded_message_is_read_as_one_under_the_outer_subject(tmp_path):
+    import email
+    from email import policy
+
+    inner = email.message_from_bytes(message("Shearing day", "Shearing starts on Monday."),
+                                     policy=policy.default)
+    outer = email.message_from_bytes(message("Fwd: Shearing day", "See below."), policy=policy.default)
+    outer.add_attachment(inner)  # message/rfc822, as a mail program forwards
+    path = tmp_path / "fwd.eml"
+    path.write_bytes(bytes(outer))
+    found = [(s.heading, s.text.splitlines()[-1]) for s in read(path).sections]
+    assert found[1] == ("Fwd: Shearing day > Shearing day",
+                        "Attachments skipped: old-records.zip (no loader for it)")
+    assert "Shearing starts on Monday." in read(path).sections[1].text
+
+
 def test_an_html_only_message_is_read_through_the_page_walk(tmp_path):
     path = tmp_path / "news.eml"
     path.write_bytes(b"From: a@example.org\nSubject: News\nContent-Type: text/html\n\n"
@@ -252,7 +270,7 @@ def test_an_html_only_message_is_read_through_the_page_walk(tmp_path):
     assert own.text == "From: a@example.org\nSubject: News\n\nThe herd grew by nine."
 
 
-# --- bad input: one line each, naming the file -----------------------------------------------------------------
+# --- bad input: one line each, naming the file --------------------------------------------------------------
 
 
 def bomb() -> bytes:
@@ -273,8 +291,9 @@ def truncated_xlsx(tmp_path: Path) -> bytes:
     ("bomb.xlsx", lambda tmp: bomb(), r"refused: a zip bomb \(xl/worksheets/sheet1.xml unpacks \d+:1\)"),
     ("half.xlsx", truncated_xlsx, "not a readable Excel workbook"),
     ("hollow.xlsx", lambda tmp: _minimal_xlsx(), "not a readable Excel workbook"),
-    ("broken.ods", lambda tmp: b"PK\x03\x04\x14\x00\x00\x00\x00\x00" + b"\0" * 16 + b"\x08\x00\x00\x00mimetype"
-     b"application/vnd.oasis.opendocument.spreadsheet" + b"junk", "not a readable OpenDocument spreadsheet"),
+    ("broken.ods", lambda tmp: b"PK\x03\x04\x14\x00\x00\x00\x00\x00" + b"\0" * 16
+     + b"\x08\x00\x00\x00mimetype" b"application/vnd.oasis.opendocument.spreadsheet" + b"junk",
+     "not a readable OpenDocument spreadsheet"),
     ("empty.html", lambda tmp: b"<html><script>only()</script></html>", "no text in the page"),
     ("notes.eml", lambda tmp: b"just some words\nwithout any headers\n", "not an e-mail message"),
     ("notes.mbox", lambda tmp: b"no From line here\n", "not a mailbox"),
@@ -331,7 +350,8 @@ def test_a_huge_or_deeply_nested_page_is_one_line_in_bounded_time(tmp_path):
 def test_a_lying_extension_is_said_by_discovery(tmp_path):
     (tmp_path / "sheet.xlsx").write_text("city,country\n")
     (tmp_path / "book.epub").write_bytes(zipfile.ZipFile.__name__.encode() + b"\0" * 10)
-    problems = {Path(p.path).name: p.reason for p in discover([tmp_path / "sheet.xlsx", tmp_path / "book.epub"]).problems}
+    named = discover([tmp_path / "sheet.xlsx", tmp_path / "book.epub"])
+    problems = {Path(p.path).name: p.reason for p in named.problems}
     assert problems["sheet.xlsx"].startswith("not a Microsoft Excel workbook: its content lacks the parts of")
     assert problems["book.epub"].startswith("not a book (EPUB)")
 

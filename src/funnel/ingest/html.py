@@ -3,11 +3,11 @@
 trafilatura finds the main content (its XML output: `head`, `p`, `list`, `table` elements). When it finds
 none, or its cut is no shorter than the page's visible text (on a short page it falls back to all the text,
 navigation included, headings flattened), the visible text is taken instead: parsed by lxml with scripts,
-styles, navigation, asides and footers dropped (`DROPPED`). Either tree is walked the same way (`HtmlWalk`, which the EPUB
-loader uses for chapters): a heading starts a section whose heading trail is the headings above it
-("Guide > Install"), paragraphs and list items are its prose, and a table becomes a TABLE section of
-"Header: value | Header: value" rows (its first row is the header, as in a CSV). The document's title is the
-page's <title>, else its file name.
+styles, navigation, asides and footers dropped (`DROPPED`). Either tree is walked the same way (`HtmlWalk`,
+which the EPUB loader uses for chapters): a heading starts a section whose heading trail is the headings
+above it ("Guide > Install"), paragraphs and list items are its prose, and a table becomes a TABLE section
+of "Header: value | Header: value" rows (its first row is the header, as in a CSV). The document's title is
+the page's <title>, else its file name.
 
 Bounded: a page over MAX_HTML_BYTES is refused before parsing (trafilatura takes seconds per MB), and lxml's
 parser keeps its default depth limit (no `huge_tree`), so 10,000 nested elements cost no more than 256.
@@ -30,7 +30,7 @@ DROPPED = frozenset({"script", "style", "noscript", "template", "head", "nav", "
                      "svg", "form", "button", "select", "object", "canvas", "math"})
 _BLOCKS = frozenset({"p", "div", "li", "item", "list", "ul", "ol", "dl", "dt", "dd", "blockquote", "pre",
                      "section", "article", "main", "aside", "header", "footer", "figure", "figcaption",
-                     "br", "hr", "lb", "address", "details", "summary", "quote", "code", "body", "doc"})
+                     "br", "hr", "lb", "address", "details", "summary", "quote", "body", "doc"})
 _HEADING = re.compile(r"h([1-6])")
 _NO_TEXT = "no text in the page"
 _TOO_LARGE = f"over {MAX_HTML_BYTES // 1_000_000} MB of HTML; not a page to read"

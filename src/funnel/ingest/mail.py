@@ -3,10 +3,11 @@
 A message's text starts with its From:, To:, Cc:, Date: and Subject: lines, then its plain body (an HTML
 body, when there is no plain one, through the web-page walk, `html.html_sections`). Attachments go through
 the same loaders as files: one whose name or content a row of `LOADERS` takes is written to a temporary file
-and read by that row, its sections appended under "<subject> > <attachment name>"; the others (an image, a
-zip, one over MAX_ATTACHMENT_BYTES, another mail, one its loader could not read) are listed by name in the
-message's text as skipped. The lookup comes in as `find` (`loaders.find`), because the loaders' table
-imports this module.
+and read by that row, its sections appended under "<subject> > <attachment name>"; the others (a zip, a
+program, one over MAX_ATTACHMENT_BYTES, an .eml file, one its loader could not read) are listed by name in
+the message's text as skipped. A message inside a message (forwarded as message/rfc822, a digest's) is read
+as one, under the outer subject, up to MAX_NESTING deep. The lookup comes in as `find` (`loaders.find`),
+because the loaders' table imports this module.
 
 A mailbox is read message by message up to MAX_MESSAGES; past that the rest are counted, and a last section
 (and a log warning) says how many were not read — each message stands alone, so the first ten thousand are
@@ -36,6 +37,7 @@ EML = Kind("eml")
 MBOX = Kind("mbox")
 MAX_MESSAGES = 10_000
 MAX_ATTACHMENT_BYTES = 25_000_000  # what mail services let through
+MAX_NESTING = 3  # a message inside a message inside a message; deeper ones are listed as skipped
 _SNIFF_BYTES = 8192  # as `loaders.SNIFF_BYTES`
 _HEADERS = ("From", "To", "Cc", "Date", "Subject")
 _UNSAFE_NAME = re.compile(r"[^\w.+-]+")
@@ -97,27 +99,54 @@ def _read(path: Path, display_path: str) -> bytes:
     return raw
 
 
-def message_sections(message: EmailMessage, display_path: str, find: Find | None) -> list[Section]:
-    """The message's section (headers, body, the attachments skipped), then its attachments' sections."""
+def message_sections(
+    message: EmailMessage, display_path: str, find: Find | None, depth: int = 0
+) -> list[Section]:
+    """The message's section (headers, body, the attachments skipped), then its attachments' sections and
+    the messages inside it (forwarded, or a digest's), each under this one's subject."""
     subject = _subject(message) or "(no subject)"
-    body = message.get_body(preferencelist=("plain", "html"))
+    body = message.get_body(preferencelist=("plain", "html")) or _first_text(message)
+    if body is None and not message.is_multipart():  # a multipart whose boundary is missing: its raw text
+        body = message
     lines = [f"{name}: {' '.join(str(message[name]).split())}" for name in _HEADERS if message[name]]
     text = _body_text(body, display_path) if body is not None else ""
     attached: list[Section] = []
     skipped: list[str] = []
-    for part in message.walk():
-        name = part.get_filename()
-        if part is body or part.is_multipart() or not (name or part.is_attachment()):
+    for part in _parts(message):
+        name = " ".join((part.get_filename() or "").split())
+        if part.get_content_type() == "message/rfc822" and depth < MAX_NESTING:
+            inner = part.get_payload()
+            found = message_sections(inner[0], display_path, find, depth + 1) if inner else []
+        elif part is body or not (name or part.is_attachment()):
             continue
-        name = " ".join((name or "unnamed attachment").split())
-        found, reason = _attachment_sections(part, name, display_path, find)
+        else:
+            found, reason = _attachment_sections(part, name or "unnamed attachment", display_path, find)
+            if reason:
+                skipped.append(f"{name or 'unnamed attachment'} ({reason})")
         attached += [replace(s, heading=" > ".join(filter(None, (subject, name, s.heading)))) for s in found]
-        if reason:
-            skipped.append(f"{name} ({reason})")
     parts = ["\n".join(lines), text.strip()]
     if skipped:
         parts.append("Attachments skipped: " + "; ".join(skipped))
     return [Section(text="\n\n".join(p for p in parts if p), heading=subject), *attached]
+
+
+def _first_text(message: EmailMessage) -> EmailMessage | None:
+    """The first inline text part, for a body `get_body` does not look for (a bounce's multipart/report)."""
+    return next((part for part in _parts(message) if part.get_content_maintype() == "text"
+                 and not part.get_filename() and not part.is_attachment()), None)
+
+
+def _parts(message: EmailMessage) -> list[EmailMessage]:
+    """The message's leaf parts and the messages inside it, in order; not the parts of those messages."""
+    found: list[EmailMessage] = []
+    pending = list(message.iter_parts()) if message.is_multipart() else []
+    while pending:
+        part = pending.pop(0)
+        if part.get_content_type() != "message/rfc822" and part.is_multipart():
+            pending[:0] = list(part.iter_parts())
+        else:
+            found.append(part)
+    return found
 
 
 def _subject(message: EmailMessage) -> str:
@@ -128,7 +157,7 @@ def _body_text(part: EmailMessage, display_path: str) -> str:
     """A body part's text; an HTML one through the web-page walk, its sections' texts in order."""
     try:
         content = part.get_content()
-    except (LookupError, ValueError, AssertionError):  # an unknown charset, a broken encoding
+    except (LookupError, ValueError, AssertionError):  # an unknown charset or type, a broken encoding
         content = (part.get_payload(decode=True) or b"").decode("utf-8", errors="replace")
     if part.get_content_subtype() != "html":
         return content if isinstance(content, str) else ""
@@ -146,7 +175,7 @@ def _attachment_sections(
     """(the attachment's sections, None) when a loader reads it, else ([], why it was skipped)."""
     data = part.get_payload(decode=True)
     if not isinstance(data, bytes) or not data:
-        return [], "empty" if isinstance(data, bytes) else "a forwarded message"
+        return [], "empty" if isinstance(data, bytes) else f"a message nested more than {MAX_NESTING} deep"
     if len(data) > MAX_ATTACHMENT_BYTES:
         return [], f"over {MAX_ATTACHMENT_BYTES // 1_000_000} MB"
     found = find(Path(name), data[:_SNIFF_BYTES], io.BytesIO(data)) if find is not None else None

@@ -85,8 +85,8 @@ def _check_undimensioned(archive: zipfile.ZipFile, display_path: str) -> None:
             head = sheet.read(_DIMENSION_WITHIN)
         if not _DIMENSION.search(head):
             raise IngestError(display_path, f"{info.filename} declares no size and unpacks to "
-                                            f"{info.file_size / 2**20:,.0f} MB; save it again in a spreadsheet "
-                                            "program, or as CSV")
+                                            f"{info.file_size / 2**20:,.0f} MB; save it again in a "
+                                            "spreadsheet program, or as CSV")
 
 
 def _xlsx_rows(sheet) -> Iterator[tuple[int, Row]]:
