@@ -77,6 +77,7 @@ PAGE = """<html><head><title>Camelid Guide</title><script>var x = "SCRIPTWORD";<
 <table><tr><th>Animal</th><th>Region</th></tr><tr><td>Llama</td><td>Peru</td></tr>
 <tr><td>Vicuna</td><td>Altiplano</td></tr></table>
 <h2>Alpacas</h2><p>Alpacas are bred for their fibre, which is soft, warm and free of lanolin.</p>
+<ul><li>Huacaya: crimped, fluffy fleece</li><li>Suri: long silky locks</li></ul>
 </article><footer>Copyright FOOTERWORD</footer></body></html>"""
 
 
@@ -201,6 +202,7 @@ def test_a_web_page_keeps_its_headings_and_tables_and_drops_navigation_and_scrip
         "Camelids", "Camelids > Llamas", "Camelids > Llamas", "Camelids > Alpacas"]
     assert found[2][1:] == (SectionKind.TABLE,
                             "Animal: Llama | Region: Peru\nAnimal: Vicuna | Region: Altiplano")
+    assert found[3][2].endswith("lanolin.\n\n- Huacaya: crimped, fluffy fleece\n\n- Suri: long silky locks")
     text = " ".join(s.text for s in loaded.sections)
     assert not any(word in text for word in ("SCRIPTWORD", "NAVWORD", "FOOTERWORD", "color"))
 

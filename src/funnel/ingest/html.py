@@ -5,9 +5,9 @@ none, or its cut is no shorter than the page's visible text (on a short page it 
 navigation included, headings flattened), the visible text is taken instead: parsed by lxml with scripts,
 styles, navigation, asides and footers dropped (`DROPPED`). Either tree is walked the same way (`HtmlWalk`,
 which the EPUB loader uses for chapters): a heading starts a section whose heading trail is the headings
-above it ("Guide > Install"), paragraphs and list items are its prose, and a table becomes a TABLE section
-of "Header: value | Header: value" rows (its first row is the header, as in a CSV). The document's title is
-the page's <title>, else its file name.
+above it ("Guide > Install"), paragraphs and list items (`- item`) are its prose, and a table becomes a
+TABLE section of "Header: value | Header: value" rows (its first row is the header, as in a CSV). The
+document's title is the page's <title>, else its file name.
 
 Bounded: a page over MAX_HTML_BYTES is refused before parsing (trafilatura takes seconds per MB), and lxml's
 parser keeps its default depth limit (no `huge_tree`), so 10,000 nested elements cost no more than 256.
@@ -31,6 +31,7 @@ DROPPED = frozenset({"script", "style", "noscript", "template", "head", "nav", "
 _BLOCKS = frozenset({"p", "div", "li", "item", "list", "ul", "ol", "dl", "dt", "dd", "blockquote", "pre",
                      "section", "article", "main", "aside", "header", "footer", "figure", "figcaption",
                      "br", "hr", "lb", "address", "details", "summary", "quote", "body", "doc"})
+_ITEMS = frozenset({"li", "item"})  # HTML's and trafilatura's list items
 _HEADING = re.compile(r"h([1-6])")
 _NO_TEXT = "no text in the page"
 _TOO_LARGE = f"over {MAX_HTML_BYTES // 1_000_000} MB of HTML; not a page to read"
@@ -152,6 +153,8 @@ class HtmlWalk:
             block = tag in _BLOCKS
             if block:
                 self._break()
+            if tag in _ITEMS:
+                self.words.append("-")  # a list item as "- item", as the Word loader writes it
             self._add(element.text)
             for child in element:
                 self._walk(child)
