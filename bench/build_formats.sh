@@ -4,7 +4,7 @@
 # Needs apt-get, dpkg, LibreOffice (soffice, headless), poppler-utils (pdftoppm), and a Python with
 # python-pptx and Pillow (funnel's .venv has both: PYTHON=.venv/bin/python); downloads ~8 MB of .deb
 # files into a temporary folder; installs nothing.
-# LibreOffice output (.docx .odt .epub .xlsx .ods .odp) carries a creation time and is NOT byte-stable:
+# LibreOffice output (.docx .odt .xlsx .ods .odp) carries a creation time and is NOT byte-stable:
 # its sums are reported but not required to match; every other file must match.
 #   sh bench/build_formats.sh [OUT]     (default: a temporary folder; the checked-in copies stay as they are)
 set -eu
@@ -42,7 +42,7 @@ cp "$mail/msg_07.txt" "$out/python-email-msg07-attachment.eml"
 cp "$mail/msg_16.txt" "$out/python-email-msg16-bounce.eml"
 { cat "$mail/msg_25.txt"; echo; cat "$mail/msg_43.txt"; } > "$out/python-email-bounces.mbox"
 
-# Word processor and e-book: LibreOffice conversions of Debian HTML pages
+# Word processor: LibreOffice conversions of Debian HTML pages (and the pages for the EPUBs, below)
 s=stage/writer; mkdir -p $s/docx $s/odt $s/epub
 cp "$faq/basic-defs.en.html" $s/docx/debian-faq-basic-defs.html
 cp "$mg/upload.en.html" $s/docx/maint-guide-upload.html
@@ -54,9 +54,31 @@ lo() { soffice --headless --norestore "-env:UserInstallation=file://$work/lo-pro
 # (converted beside their sources, so that the pages' relative links stay relative: "support.en.html#...")
 lo --infilter="HTML (StarWriter)" --convert-to docx:"MS Word 2007 XML" --outdir $s/docx $s/docx/*.html
 lo --infilter="HTML (StarWriter)" --convert-to odt --outdir $s/odt $s/odt/*.html
-lo --infilter="HTML (StarWriter)" --convert-to epub --outdir $s/epub $s/epub/*.html
-mv $s/docx/*.docx $s/odt/*.odt $s/epub/*.epub "$out/"
-
+mv $s/docx/*.docx $s/odt/*.odt "$out/"
+# EPUB: LibreOffice's EPUB export writes every heading as a styled <p> (no <h1>-<h6>, one nav entry), which
+# no real e-book does; so each EPUB is the page's own XHTML, unchanged, as the one chapter of an EPUB 3
+# container (mimetype, container.xml, content.opf, nav.xhtml) written by Python's zipfile with fixed times:
+# byte-stable
+"$py" - "$out" $s/epub/*.html <<'PY'
+import re, sys, zipfile
+from pathlib import Path
+out = Path(sys.argv[1])
+for page in map(Path, sys.argv[2:]):
+    xhtml = page.read_text(encoding="utf-8")
+    title = re.sub(r"\s+", " ", re.search(r"<title>(.*?)</title>", xhtml, re.S).group(1)).strip()
+    files = {
+        "mimetype": "application/epub+zip",
+        "META-INF/container.xml": '<?xml version="1.0" encoding="UTF-8"?>\n<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>\n',
+        "OEBPS/content.opf": f'<?xml version="1.0" encoding="UTF-8"?>\n<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="id">funnel-bench-{page.stem}</dc:identifier><dc:title>{title}</dc:title><dc:language>en</dc:language><meta property="dcterms:modified">2026-12-04T00:00:00Z</meta></metadata><manifest><item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/><item id="chapter" href="chapter.xhtml" media-type="application/xhtml+xml"/></manifest><spine><itemref idref="chapter"/></spine></package>\n',
+        "OEBPS/nav.xhtml": f'<?xml version="1.0" encoding="UTF-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><head><title>{title}</title></head><body><nav epub:type="toc"><ol><li><a href="chapter.xhtml">{title}</a></li></ol></nav></body></html>\n',
+        "OEBPS/chapter.xhtml": xhtml,
+    }
+    with zipfile.ZipFile(out / (page.stem + ".epub"), "w") as z:
+        for name, text in files.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+            z.writestr(info, text.encode("utf-8"))
+PY
 # Spreadsheets: real tab-separated tables (tzdata's zone1970.tab without its '#' comment lines, under the
 # column names its header comment gives; iso-codes' JSON lists as code/name columns) -> LibreOffice Calc
 s=stage/calc; mkdir -p $s/xlsx $s/ods
@@ -102,9 +124,9 @@ images[0].save(out, "PDF", resolution=200.0, save_all=True, append_images=images
 PY
 
 sed -n '/^```$/,/^```$/p' "$here/data/formats/SOURCE.md" | grep -v '```' > sums
-stable=$(grep -v -E '\.(docx|odt|epub|xlsx|ods|odp|pptx|pdf)$' sums)
+stable=$(grep -v -E '\.(docx|odt|xlsx|ods|odp|pptx|pdf)$' sums)
 echo "$stable" > sums.stable
 (cd "$out" && sha256sum -c "$work/sums.stable")
 echo "LibreOffice output (not byte-stable; checked-in sums in SOURCE.md):"
-(cd "$out" && for f in *.docx *.odt *.epub *.xlsx *.ods *.odp *.pptx *.pdf; do sha256sum "$f"; done)
+(cd "$out" && for f in *.docx *.odt *.xlsx *.ods *.odp *.pptx *.pdf; do sha256sum "$f"; done)
 echo "rebuilt in $out"
