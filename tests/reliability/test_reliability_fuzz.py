@@ -6,6 +6,7 @@ fallback with a status. Each example runs under a time limit, so a hang is a fai
 
 `make test` runs a short, derandomized pass (reproducible in CI); `make soak` (FUNNEL_SOAK=1) runs 10-20x
 more examples with fresh randomness. Every bug found keeps a plain `@example` that failed before its fix.
+Every loader is fuzzed in test_reliability_loaders.py, its cases generated from the loaders' table.
 """
 
 from __future__ import annotations
@@ -670,29 +671,6 @@ def test_uploads_through_the_api(tally, api):
 
     fuzz(tally, "uploads through the API (random bytes as .pdf/.md/.txt, mutated PDFs)", UPLOADS, check,
          short=60, soak=1000)
-
-
-def test_uploads_through_the_ingest_loader(tally):
-    from funnel.ingest import load
-    from funnel.ingest.walk import SourceFile
-    from funnel.types import LoadedDocument
-
-    def check(case):
-        suffix, raw = case
-        kind = {".pdf": "pdf", ".md": "markdown", ".txt": "text"}[suffix]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"upload{suffix}"
-            path.write_bytes(raw)
-            try:
-                loaded = load(SourceFile(path=path, kind=kind), "doc", path.name)
-            except BaseException as e:  # noqa: BLE001
-                expect_funnel_error(e)
-                return f"{suffix} {type(e).__name__}"
-            assert isinstance(loaded, LoadedDocument)
-            return f"{suffix} ok"
-
-    fuzz(tally, "ingest loaders (random bytes as .pdf/.md/.txt, mutated PDFs)",
-         st.tuples(st.sampled_from([".pdf", ".md", ".txt"]), CONTENT), check, short=120, soak=2000)
 
 
 # --- upstream response parsers ------------------------------------------------------------------------------

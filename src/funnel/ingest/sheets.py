@@ -132,7 +132,10 @@ def load_ods(
     except Exception as e:  # odfpy passes on zipfile's, expat's and its own errors for a damaged file
         raise IngestError(display_path, f"not a readable OpenDocument spreadsheet ({type(e).__name__}: {e})"
                           ) from e
-    tables = document.spreadsheet.getElementsByType(Table) if document.spreadsheet else []
+    # odfpy sets `spreadsheet` only on a spreadsheet: a text or presentation whose mimetype entry says
+    # spreadsheet has none (found by tests/reliability/test_reliability_loaders.py).
+    body = getattr(document, "spreadsheet", None)
+    tables = body.getElementsByType(Table) if body else []
     sheets = ((sheet.getAttribute("name") or "Sheet", _ods_rows(sheet)) for sheet in tables)
     sections = workbook_sections(sheets, display_path, "OpenDocument spreadsheet")
     return LoadedDocument(document=file_document(doc_id, display_path, ODS, path.read_bytes()),
