@@ -47,7 +47,7 @@ def test_a_citation_carries_its_chunks_location_and_heading():
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANKER": "none"}
+    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANK__BACKEND": "none"}
     result = subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     return result

@@ -105,7 +105,7 @@ def test_the_ingest_report_carries_the_count(folder, tmp_path):
 
 
 def funnel_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANKER": "none"}
+    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_RERANK__BACKEND": "none"}
     return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
 
 
