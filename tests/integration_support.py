@@ -39,9 +39,9 @@ def check_bad_input(open_retriever, retrieve, index: str, missing: Path) -> None
         retrieve(open_retriever(index=index), "  \n ")
     with pytest.raises(ValueError, match=r"^unknown reranker 'cohere'; valid: none, builtin"):
         open_retriever(index=index, reranker="cohere")
-    with pytest.raises(ValueError, match=r"^invalid setting policy: Input should be 'none', 'replace'"):
+    with pytest.raises(ValueError, match=r"^invalid setting rerank.policy: Input should be 'none', 'replace'"):
         open_retriever(index=index, policy="best")
-    with pytest.raises(ValueError, match=r"^invalid setting k: "):
+    with pytest.raises(ValueError, match=r"^invalid setting search.k: "):
         open_retriever(index=index, k=0)
 
 

@@ -23,7 +23,7 @@ from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 
 from funnel.embed.base import embed_queries  # noqa: E402
 from funnel.integrations.langchain import FunnelReranker, FunnelRetriever  # noqa: E402
-from funnel.rerank.policies import GuaranteedSlots  # noqa: E402
+from funnel.rerank.policies import RERANK_DEPTH, GuaranteedSlots  # noqa: E402
 
 pytestmark = pytest.mark.model
 
@@ -181,8 +181,9 @@ def ensemble(index):
 
 def test_reranker_as_the_second_stage_of_seed_001s_ensemble(ensemble):
     incoming = ensemble.invoke(CEO)
+    assert len(incoming) > RERANK_DEPTH  # the reranker is given the whole ensemble below (default: its top 15)
     funnel_stage = ContextualCompressionRetriever(
-        base_compressor=FunnelReranker(top_n=4), base_retriever=ensemble
+        base_compressor=FunnelReranker(top_n=4, rerank_depth=len(incoming)), base_retriever=ensemble
     )
     chain = {"docs": funnel_stage, "question": RunnablePassthrough()} | RunnableLambda(_answer)
     out = funnel_stage.invoke(CEO)
@@ -193,7 +194,8 @@ def test_reranker_as_the_second_stage_of_seed_001s_ensemble(ensemble):
     assert out[2].metadata["rerank_rank"] < out[3].metadata["rerank_rank"]
     assert any("Iris Kallas" in d.page_content for d in out)
     replace = ContextualCompressionRetriever(
-        base_compressor=FunnelReranker(policy="replace", top_n=1), base_retriever=ensemble
+        base_compressor=FunnelReranker(policy="replace", top_n=1, rerank_depth=len(incoming)),
+        base_retriever=ensemble
     )
     best = ({"docs": replace, "question": RunnablePassthrough()} | RunnableLambda(_answer)).invoke(CEO)
     assert _name(best["source"]) == "portfolio_companies.pdf" and "Iris Kallas" in best["passage"]
