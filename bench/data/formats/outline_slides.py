@@ -2,9 +2,10 @@
 
     python outline_slides.py PAGE.html OUT.pptx
 
-Slide 1: the page's <h1> (or <title>). Then one slide per <h2>/<h3> section, in document order: the title is
-the heading, the bullets are the first sentence (two if the first is under 40 characters) of each of the section's first three paragraphs (and list
-items), all verbatim (whitespace collapsed). Sections with no text are skipped. Needs python-pptx.
+Slide 1: the page's <h1>. Then one slide per <h2>/<h3> section, in document order: the title is the heading,
+the bullets the first sentence (two if the first is under 40 characters) of each of the section's first three
+paragraphs or list items, all verbatim (white space collapsed); navigation and tables of contents are left
+out, and so are sections with no text. Needs python-pptx.
 """
 
 from __future__ import annotations
@@ -28,14 +29,12 @@ class Outline(HTMLParser):
         self._nav = 0
         self._text: list[str] | None = None
         self._kind = ""
-        self._depth = 0
 
     def handle_starttag(self, tag, attrs):
         cls = dict(attrs).get("class") or ""
         if tag in SKIP:
             self._skip += 1
         if tag == "div":
-            self._depth += 1
             if self._nav or cls in ("navheader", "navfooter", "toc"):
                 self._nav += 1
         if self._skip or self._nav:
@@ -60,8 +59,6 @@ class Outline(HTMLParser):
             self.sections.append([tag, text, []])
         elif self.sections:
             self.sections[-1][2].append(text)
-        elif not self.title:
-            pass
 
     def handle_data(self, data):
         if self._text is not None:
@@ -84,7 +81,7 @@ def main(page: str, out: str) -> None:
     slide = deck.slides.add_slide(deck.slide_layouts[0])
     slide.shapes.title.text = outline.title
     slide.placeholders[1].text = ""
-    for _level, heading, paragraphs in outline.sections:
+    for _tag, heading, paragraphs in outline.sections:
         if not paragraphs:
             continue
         slide = deck.slides.add_slide(deck.slide_layouts[1])
