@@ -52,8 +52,10 @@ def test_forms_are_the_registrations_in_order():
 def test_the_help_texts_come_from_the_registry():
     from funnel.apps.settings import Settings
 
-    assert rerank.REGISTRY.help() in Settings.model_fields["reranker"].description
-    assert generate.REGISTRY.help() in Settings.model_fields["llm"].description
+    from funnel.apps.settings import SECTION_MODELS
+
+    assert rerank.REGISTRY.help() in SECTION_MODELS["rerank"].model_fields["backend"].description
+    assert generate.REGISTRY.help() in SECTION_MODELS["llm"].model_fields["backend"].description
     assert embed.REGISTRY.help() in Settings.model_fields["embedder"].description
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from funnel import analyze
+from funnel import analyze, embed, generate, rerank
 from funnel.config import check_ranges, setting
 from funnel.errors import ConfigError
 from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, LLM_TIMEOUT_S
@@ -42,8 +42,7 @@ class RerankConfig(PolicyParams):
     """The second stage: which reranker, under which policy (`PolicyParams`: each policy's parameters), over
     how much of the window, within how long."""
 
-    backend: str = setting("builtin", "second-stage backend (`funnel.rerank`): builtin, none, onnx:DIR, "
-                                      "tei:URL, st:NAME, ollama:MODEL, ...")
+    backend: str = setting("builtin", f"second-stage backend: {rerank.REGISTRY.help()}")
     model: str | None = setting(None, "model name sent to an HTTP rerank API")
     api_key: str | None = setting(None, "bearer token for an HTTP rerank API", secret=True)
     max_tokens: int | None = setting(
@@ -87,8 +86,7 @@ class IngestConfig:
 
 @dataclass(frozen=True)
 class LlmConfig:
-    backend: str = setting("none", "LLM for answers and triage (`funnel.generate`): none, openai:URL, "
-                                   "ollama:MODEL, llamacpp:URL, ...")
+    backend: str = setting("none", f"LLM for answers and triage: {generate.REGISTRY.help()}")
     model: str | None = setting(None, "model name sent to the LLM server")
     api_key: str | None = setting(None, "bearer token for an OpenAI-compatible server", secret=True)
     completion: bool = setting(False, "base model without a chat template: use /v1/completions")
@@ -106,8 +104,7 @@ class EngineConfig:
     sections say how each stage runs."""
 
     index: str = setting(".funnel", "index directory or postgresql:// URL")
-    embedder: str | None = setting(None, "embedder spec: minilm, e5-small, hashing, DIR, st:NAME (default: "
-                                         "the index's, else minilm)")
+    embedder: str | None = setting(None, f"{embed.REGISTRY.help()} (default: the index's, else minilm)")
     threads: int | None = setting(None, "inference threads (default: all cores)", ge=1)
     first_stage: FirstStageConfig = field(default_factory=FirstStageConfig)
     grouping: GroupingConfig = field(default_factory=GroupingConfig)

@@ -180,6 +180,7 @@ def _nest(flat: dict[str, Any], say_where: str | None = None) -> dict[str, Any]:
 
 
 _SAID: set[str] = set()
+_PENDING: list[str] = []  # said by `load_settings` once the settings load: a bad one's error stays one line
 
 
 def _say_deprecated(name: str, target: str, where: str) -> None:
@@ -187,8 +188,8 @@ def _say_deprecated(name: str, target: str, where: str) -> None:
         return
     _SAID.add(name)
     section, key = target.split(".")
-    print(f"funnel: setting {name!r} ({where}) is deprecated: use [{section}] {key} in funnel.toml, "
-          f"FUNNEL_{section.upper()}__{key.upper()} in the environment", file=sys.stderr)
+    _PENDING.append(f"funnel: setting {name!r} ({where}) is deprecated: use [{section}] {key} in funnel.toml, "
+                    f"FUNNEL_{section.upper()}__{key.upper()} in the environment")
 
 
 class _Toml(TomlConfigSettingsSource):
@@ -321,12 +322,17 @@ def secret(value: SecretStr | None) -> str | None:
 def load_settings(**overrides) -> Settings:
     """Settings with CLI flags applied; any invalid value becomes one ConfigError line."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        for note in _PENDING:
+            print(note, file=sys.stderr)
+        return settings
     except ValidationError as e:
         raise ConfigError(_one_line(e.errors()[0])) from None
     except (OSError, ValueError, RecursionError) as e:  # unreadable or malformed funnel.toml
         source = os.environ.get("FUNNEL_CONFIG") or "funnel.toml"
         raise ConfigError(" ".join(f"cannot read settings from {source}: {e}".split())) from None
+    finally:
+        _PENDING.clear()
 
 
 def _one_line(error: dict) -> str:
