@@ -33,6 +33,10 @@ _BLOCKS = frozenset({"p", "div", "li", "item", "list", "ul", "ol", "dl", "dt", "
                      "br", "hr", "lb", "address", "details", "summary", "quote", "body", "doc"})
 _ITEMS = frozenset({"li", "item"})  # HTML's and trafilatura's list items
 _HEADING = re.compile(r"h([1-6])")
+# A block's class or id that says it is navigation, not content (the visible-text fallback drops it).
+_NAVIGATION = re.compile(
+    r"(?:^|[\s_-])(?:nav\w*|menu\w*|breadcrumbs?|sidebar|footer|cookies?|skip-?link)(?:$|[\s_-])", re.IGNORECASE
+)
 _NO_TEXT = "no text in the page"
 _TOO_LARGE = f"over {MAX_HTML_BYTES // 1_000_000} MB of HTML; not a page to read"
 
@@ -60,9 +64,13 @@ def html_sections(raw: bytes, display_path: str) -> tuple[str | None, list[Secti
     title = _title(page)
     shown = visible(page) if page is not None else None
     main = _main_content(raw, display_path)
-    # trafilatura falls back to the whole text on a short page, navigation included and headings flattened:
-    # when its cut is no shorter than the visible text, that text, walked with its structure, is better.
-    if main is not None and shown is not None and _length(main) >= _length(shown):
+    # trafilatura falls back to the whole text on a short page, navigation included and headings flattened,
+    # and it drops the headings of some generated manuals (DocBook's titlepage divs): when its cut is no
+    # shorter than the visible text, or has no heading where the page has some, the visible text, walked with
+    # its structure, is better.
+    if main is not None and shown is not None and (
+        _length(main) >= _length(shown) or (not _headings(main) and _headings(shown))
+    ):
         main = None
     sections = HtmlWalk().sections(main) if main is not None else []
     if not sections and shown is not None:
@@ -85,11 +93,23 @@ def parse_html(raw: bytes):
 
 
 def visible(page):
-    """The tree without the elements whose text no reader sees as the page's (`DROPPED`); changes `page`."""
+    """The tree without the elements whose text no reader sees as the page's (`DROPPED`), nor blocks whose
+    class or id says they are navigation (`_NAVIGATION`: DocBook's navheader, a site's menu); changes
+    `page`."""
     for element in list(page.iter(*DROPPED)):
         if element.getparent() is not None:
             element.drop_tree()  # keeps its tail text, which belongs to the parent
+    for element in list(page.iter()):
+        if not isinstance(element.tag, str):
+            continue
+        marks = f"{element.get('class') or ''} {element.get('id') or ''}"
+        if marks.strip() and _NAVIGATION.search(marks) and element.getparent() is not None:
+            element.drop_tree()
     return page
+
+
+def _headings(tree) -> int:
+    return sum(1 for element in tree.iter() if _level(element, _local(element)))
 
 
 def _length(tree) -> int:
