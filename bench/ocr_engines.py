@@ -37,11 +37,13 @@ SETS = {
     "English": (HERE / "data/realpdf/pdfs", 150),
     "Korean": (HERE / "data/korean-docs/docs", 80),
 }
-# engine name -> (kind, language argument) per set; "tesseract eng+kor" is what funnel would run on a
-# file whose language it does not know.
+# engine name -> Tesseract's languages (the first is its primary one) per set; "tesseract kor+eng" is what
+# funnel runs on a page whose language it does not know.
 ENGINES = {
-    "English": {"tesseract eng": "eng", "tesseract eng+kor": "eng+kor", "rapidocr": None},
-    "Korean": {"tesseract kor": "kor", "tesseract eng+kor": "eng+kor", "rapidocr": None},
+    "English": {"tesseract eng": "eng", "tesseract eng+kor": "eng+kor", "tesseract kor+eng": "kor+eng",
+                "rapidocr": None},
+    "Korean": {"tesseract kor": "kor", "tesseract eng+kor": "eng+kor", "tesseract kor+eng": "kor+eng",
+               "rapidocr": None},
 }
 
 
@@ -130,7 +132,7 @@ def run_engine(engine: str, language: str | None, images: list[Path]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(pages_per_set: int, dpis: list[int]) -> list[dict]:
+def measure(pages_per_set: int, dpis: list[int], only: set[str] | None = None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (folder, min_words) in SETS.items():
@@ -140,6 +142,8 @@ def measure(pages_per_set: int, dpis: list[int]) -> list[dict]:
             for dpi in dpis:
                 images = render(pages, dpi, Path(tmp))
                 for engine, language in ENGINES[name].items():
+                    if only and engine not in only:
+                        continue
                     kind = "rapidocr" if engine == "rapidocr" else "tesseract"
                     result = run_engine(kind, language, images)
                     per_page = [scores(words(t), r) for t, r in zip(result["texts"], references)]
@@ -170,11 +174,20 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10, help="pages per language")
     parser.add_argument("--dpi", default="150,300")
     parser.add_argument("--out", type=Path, default=HERE / "results/ocr_engines.json")
+    parser.add_argument("--engines", help="only these, comma-separated ('tesseract kor+eng,rapidocr'); their "
+                                          "rows replace the same rows of an existing --out")
     args = parser.parse_args()
+    only = set(args.engines.split(",")) if args.engines else None
     version = subprocess.run(["tesseract", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     print("| set | engine | dpi | recall | precision | F1 | s/page | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
-    rows = measure(args.pages, [int(d) for d in args.dpi.split(",")])
+    rows = measure(args.pages, [int(d) for d in args.dpi.split(",")], only)
+    if only and args.out.exists():
+        fresh = {(r["set"], r["engine"], r["dpi"]) for r in rows}
+        old = json.loads(args.out.read_text())["rows"]
+        kept = [r for r in old if (r["set"], r["engine"], r["dpi"]) not in fresh]
+        rows = sorted(kept + rows, key=lambda r: (list(SETS).index(r["set"]), r["dpi"],
+                                                  list(ENGINES[r["set"]]).index(r["engine"])))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"tesseract": version, "python": platform.python_version(), "cpus": os.cpu_count(),
             "metric": "bag-of-words recall/precision/F1 of lower-cased words against the text layer"}
