@@ -883,7 +883,7 @@ def test_every_sample_loads_and_chunks_within_budget():
     result = discover([SAMPLES / "docs", SAMPLES / "repo"])
     assert result.problems == []
     kinds = {f.kind for f in result.files}
-    assert kinds == {"pdf", "markdown", "text", "code"}
+    assert kinds == {"pdf", "markdown", "text", "code", "docx"}
     tok = HashingEmbedder(max_tokens=64)
     for source in result.files:
         display = result.display_path(source)

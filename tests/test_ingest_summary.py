@@ -128,3 +128,19 @@ def test_funnel_ingest_ends_with_the_summary_and_json_has_it(folder, tmp_path):
     assert data["not_a_document_type"] == {"files": 4, "by_extension": {".mp3": 3, ".zip": 1}}
     refused = funnel_cli("ingest", str(folder), "--json", "--watch", cwd=tmp_path)
     assert refused.returncode == 2 and "--watch" in refused.stderr
+
+
+def test_an_icon_in_a_folder_is_counted_not_read(tmp_path):
+    from PIL import Image
+
+    from funnel.ingest.walk import discover
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    Image.new("RGB", (32, 32), "white").save(folder / "favicon.png")  # an icon: no page of text
+    Image.new("L", (1200, 1600), 255).save(folder / "page.png")  # a page-sized image: read (OCR)
+    found = discover([folder])
+    assert [f.path.name for f in found.files] == ["page.png"]
+    assert found.problems == [] and dict(found.unsupported) == {".png": 1}
+    named = discover([folder / "favicon.png"])  # named on its own, it is read
+    assert [f.path.name for f in named.files] == ["favicon.png"]

@@ -20,6 +20,9 @@ from funnel.ingest.text import file_document
 from funnel.types import Kind, LoadedDocument, Section
 
 KIND = Kind("image")
+# An image this small in a folder is an icon or a badge, not a page: a folder ingest counts it and does not OCR
+# it (a line of text at 200 dpi is already ~30 px tall and hundreds wide).
+ICON_PIXELS = 160 * 160
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"
 TIFF_MAGICS = (b"II*\x00", b"MM\x00*")
@@ -31,6 +34,18 @@ _PIL_PIXELS = re.compile(r"\((\d+) pixels\)")
 def is_image(probe: Any) -> bool:
     """The content is a PNG, JPEG or TIFF (a `loaders.Probe`), whatever the file is called."""
     return probe.head.startswith((PNG_MAGIC, JPEG_MAGIC, *TIFF_MAGICS))
+
+
+def is_icon(path: Path) -> bool:
+    """Whether the image is too small to hold a page of text (read from its header, not decoded)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except Exception:  # not readable here: the loader says why, in its one line
+        return False
+    return width * height < ICON_PIXELS or min(width, height) < 24
 
 
 def load_image(path: Path, doc_id: str, display_path: str, language: str | None = None, pages=None,

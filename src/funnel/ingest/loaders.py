@@ -72,6 +72,9 @@ class Loader:
     # An empty one in a folder is normal (a package's __init__.py) and skipped without a word; an empty
     # document is reported by its loader.
     quiet_when_empty: bool = False
+    # Whether a file this row takes is no document when met in a folder (an icon): counted with the files no
+    # loader takes, not read (OCR would spend a second on each); named on its own, or uploaded, it is read.
+    is_icon: Callable[[Path], bool] | None = None
     # How a citation names a chunk's place (`Chunk.location`): "p." + page ("slide " for a presentation),
     # "L" + lines ("row " for a table's rows).
     page_unit: str = "p."
@@ -205,7 +208,7 @@ LOADERS: tuple[Loader, ...] = (
     # Scans and photos of text, read by OCR; served as image/png (browsers sniff an image's real format).
     Loader(image.KIND, image.LABEL, _plain(".png", ".jpg", ".jpeg", ".tif", ".tiff"), "image/png",
            image.load_image, binary=True, limit=SizeLimit.DOCUMENT, recognise=image.is_image, mark=image.MARK,
-           uploadable=True),
+           uploadable=True, is_icon=image.is_icon),
 )
 BY_KIND: dict[Kind, Loader] = {loader.kind: loader for loader in LOADERS}
 LOCATION_UNITS.update({loader.kind.value: (loader.page_unit, loader.line_unit) for loader in LOADERS

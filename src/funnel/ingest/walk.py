@@ -286,6 +286,9 @@ class _Walker:
             return
         if loader.quiet_when_empty and not explicit and size <= SNIFF_BYTES and not head.strip():
             return  # an empty __init__.py is normal in a tree; an empty document's loader reports it
+        if not explicit and loader.is_icon is not None and loader.is_icon(resolved):
+            self.unsupported[path.suffix.lower()] += 1  # an icon in a tree: accounted for, not read
+            return
         limit, setting = self.limits.of(loader.limit)
         if size > limit:
             over = f"{_size_text(size)} > {_size_text(limit)} limit"
