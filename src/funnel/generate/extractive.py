@@ -41,6 +41,17 @@ def _terms(text: str) -> set[str]:
     return words
 
 
+def _lexical(question: set[str], sentences: list[set[str]]) -> np.ndarray:
+    """Each sentence's share of the question's terms, a term weighted by how rare it is among the candidate
+    sentences (IDF over the pool): the row that names "Ogham" beats rows that share only "code" and "script"."""
+    if not question:
+        return np.zeros(len(sentences))
+    n = len(sentences)
+    weight = {t: np.log(1.0 + n / (1 + sum(t in s for s in sentences))) for t in question}
+    total = sum(weight.values())
+    return np.array([sum(weight[t] for t in question & s) / total for s in sentences])
+
+
 def split_sentences(chunk: Chunk) -> list[str]:
     """Sentences of prose, or whole lines of tables and code; the chunk's context line is skipped. A
     sentence that leads in to a list or table ("...sorted by priority:") carries what follows it."""
@@ -167,8 +178,7 @@ class ExtractiveGenerator:
             pool = [(s, c) for s, c in pool if has_cjk(s)]
         sentences = self.embedder.embed([s for s, _ in pool])
         semantic = sentences @ embed_queries(self.embedder, [question])[0]
-        q_terms = _terms(question)
-        lexical = np.array([len(q_terms & _terms(s)) / max(len(q_terms), 1) for s, _ in pool])
+        lexical = _lexical(_terms(question), [_terms(s) for s, _ in pool])
         # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for a
         # question in those scripts the shared terms decide and the cosine only breaks ties.
         scores = (0.1 if cjk else 1.0) * semantic + self.lexical_weight * lexical
