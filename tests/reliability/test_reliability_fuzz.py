@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from api_support import wait_done
+from damage import damaged
 from tally import SOAK, scale
 
 from funnel.apps.settings import Settings, load_settings
@@ -622,23 +623,7 @@ def small_pdf() -> bytes:
 PDF = small_pdf()
 
 
-@st.composite
-def mutated_pdf(draw) -> bytes:
-    raw = bytearray(PDF)
-    how = draw(st.sampled_from(["truncate", "flip", "splice", "garbage-tail"]))
-    if how == "truncate":
-        return bytes(raw[: draw(st.integers(0, len(raw)))])
-    if how == "flip":
-        for _ in range(draw(st.integers(1, 20))):
-            raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
-        return bytes(raw)
-    if how == "splice":
-        at = draw(st.integers(0, len(raw)))
-        return bytes(raw[:at]) + draw(st.binary(max_size=200)) + bytes(raw[at:])
-    return bytes(raw) + draw(st.binary(min_size=1, max_size=2000))
-
-
-CONTENT = st.one_of(st.binary(max_size=3000), mutated_pdf(), st.just(PDF),
+CONTENT = st.one_of(st.binary(max_size=3000), damaged(PDF), st.just(PDF),
                     st.binary(max_size=50).map(lambda b: b"%PDF-" + b),
                     st.text(max_size=500).map(lambda t: t.encode("utf-8", "surrogatepass")),
                     st.text(max_size=300).map(lambda t: t.encode("utf-16")))

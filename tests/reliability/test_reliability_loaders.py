@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import strategies as st
+from damage import damaged
 from test_reliability_fuzz import expect_funnel_error, fuzz, one_line
 
 from funnel.analyze.detect import with_language
@@ -163,22 +164,6 @@ class Case:
 
     def __repr__(self) -> str:
         return f"Case({self.suffix!r}, {self.how!r}, {len(self.raw)} bytes: {self.raw[:48]!r}...)"
-
-
-@st.composite
-def damaged(draw, sample: bytes) -> bytes:
-    raw = bytearray(sample)
-    how = draw(st.sampled_from(["truncate", "flip", "splice", "garbage-tail"]))
-    if how == "truncate" or not raw:
-        return bytes(raw[: draw(st.integers(0, len(raw)))])
-    if how == "flip":
-        for _ in range(draw(st.integers(1, 20))):
-            raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
-        return bytes(raw)
-    if how == "splice":
-        at = draw(st.integers(0, len(raw)))
-        return bytes(raw[:at]) + draw(st.binary(max_size=200)) + bytes(raw[at:])
-    return bytes(raw) + draw(st.binary(min_size=1, max_size=2000))
 
 
 def cases(row: Loader):

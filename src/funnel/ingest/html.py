@@ -35,7 +35,8 @@ _ITEMS = frozenset({"li", "item"})  # HTML's and trafilatura's list items
 _HEADING = re.compile(r"h([1-6])")
 # A block's class or id that says it is navigation, not content (the visible-text fallback drops it).
 _NAVIGATION = re.compile(
-    r"(?:^|[\s_-])(?:nav\w*|menu\w*|breadcrumbs?|sidebar|footer|cookies?|skip-?link)(?:$|[\s_-])", re.IGNORECASE
+    r"(?:^|[\s_-])(?:nav\w*|menu\w*|breadcrumbs?|sidebar|footer|cookies?|skip-?link)(?:$|[\s_-])",
+    re.IGNORECASE,
 )
 _NO_TEXT = "no text in the page"
 _TOO_LARGE = f"over {MAX_HTML_BYTES // 1_000_000} MB of HTML; not a page to read"

@@ -20,8 +20,8 @@ from funnel.ingest.text import file_document
 from funnel.types import Kind, LoadedDocument, Section
 
 KIND = Kind("image")
-# An image this small in a folder is an icon or a badge, not a page: a folder ingest counts it and does not OCR
-# it (a line of text at 200 dpi is already ~30 px tall and hundreds wide).
+# An image this small in a folder is an icon or a badge, not a page: a folder ingest counts it and does not
+# OCR it (a line of text at 200 dpi is already ~30 px tall and hundreds wide).
 ICON_PIXELS = 160 * 160
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"

@@ -37,30 +37,37 @@ def garbled(lines: list[Line]) -> bool:
     return len(words) >= 20 and sum(len(w) == 1 for w in words) > 0.7 * len(words)
 
 
-class SecondOpinion:
-    """Pages pdfminer garbles are read again with pdfium (pypdfium2, which pdfplumber installs): on 628 pages
-    of 94 real PDFs its words agree with pdftotext on every page (F1 >= 0.9), pdfminer's on all but the
-    35 pages set in such fonts. Its text has no tables or font sizes, so it is the second opinion only.
-    Opened on the first garbled page."""
+class PdfiumPages:
+    """A PDF opened with pdfium (pypdfium2, which pdfplumber installs) on the first page asked for, and closed
+    when the `with` block ends."""
 
     def __init__(self, path: Path):
         self.path = path
         self.document: Any = None
 
-    def __enter__(self) -> SecondOpinion:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.document is not None:
             self.document.close()
 
+    def page(self, index: int) -> Any:
+        if self.document is None:
+            import pypdfium2
+
+            self.document = pypdfium2.PdfDocument(str(self.path))
+        return self.document[index]
+
+
+class SecondOpinion(PdfiumPages):
+    """Pages pdfminer garbles are read again with pdfium: on 628 pages of 94 real PDFs its words agree with
+    pdftotext on every page (F1 >= 0.9), pdfminer's on all but the 35 pages set in such fonts. Its text has
+    no tables or font sizes, so it is the second opinion only. Opened on the first garbled page."""
+
     def lines(self, index: int) -> list[Line]:
         try:
-            if self.document is None:
-                import pypdfium2
-
-                self.document = pypdfium2.PdfDocument(str(self.path))
-            text = self.document[index].get_textpage().get_text_range()
+            text = self.page(index).get_textpage().get_text_range()
         except Exception:  # no second opinion: keep what pdfminer read
             return []
         rows = [" ".join(row.split()) for row in text.splitlines()]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from funnel.ingest.ocr import MAX_PIXELS, OCR_DPI, OcrEngine, OcrFailed, default_engine, paragraphs
-from funnel.ingest.pdf_layout import Line
+from funnel.ingest.pdf_layout import Line, PdfiumPages
 
 # OCR text has no geometry: lines 12 points apart, paragraphs 24, so the paragraph rule cuts where the
 # engine left a blank line. Size 0 and no characters counted keep these lines out of heading detection.
@@ -20,24 +20,16 @@ def has_text_layer(page: Any) -> bool:
     return any(char.get("text", "").strip() for char in page.chars)
 
 
-class ScannedPages:
+class ScannedPages(PdfiumPages):
     """Reads the PDF's scanned pages, opening the document with pdfium on the first. After the engine
     fails once (missing, failing, too slow) no other page is tried, and `failure` says why."""
 
     def __init__(self, path: Path, engine: OcrEngine | None = None, dpi: int = OCR_DPI):
-        self.path = path
+        super().__init__(path)
         self.engine = engine
         self.dpi = dpi
-        self.document: Any = None
         self.failure: str | None = None
         self.read_pages = 0
-
-    def __enter__(self) -> ScannedPages:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.document is not None:
-            self.document.close()
 
     def lines(self, index: int) -> list[Line]:
         """The OCR'd lines of page `index` (0-based); none once the engine has failed."""
@@ -63,11 +55,7 @@ class ScannedPages:
         return self.engine
 
     def _render(self, index: int) -> Any:
-        if self.document is None:
-            import pypdfium2
-
-            self.document = pypdfium2.PdfDocument(str(self.path))
-        page = self.document[index]
+        page = self.page(index)
         width, height = page.get_size()  # points
         # A poster-sized page is rendered smaller rather than into gigabytes.
         scale = min(self.dpi / 72, (MAX_PIXELS / max(1.0, width * height)) ** 0.5)

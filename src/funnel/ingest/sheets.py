@@ -20,11 +20,13 @@ cut short: half a table found by search would look whole.
 from __future__ import annotations
 
 import datetime
+import importlib
 import re
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
 from funnel.ingest import table
@@ -52,14 +54,19 @@ class Value(str):
     not a header."""
 
 
+def _library(display_path: str, kind: str, package: str, module: str) -> Any:
+    """The module a loader reads with, or the one line saying which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise _missing(display_path, kind, package) from e
+
+
 def load_xlsx(
     path: Path, doc_id: str, display_path: str, language: str | None = None, pages: object = None
 ) -> LoadedDocument:
     """An Excel workbook as TABLE sections, a group per sheet (the signature of a `LOADERS` row's `read`)."""
-    try:
-        import openpyxl
-    except ImportError as e:
-        raise _missing(display_path, "xlsx", "openpyxl") from e
+    openpyxl = _library(display_path, "xlsx", "openpyxl", "openpyxl")
     with open_zip(path, display_path, "Excel workbook") as archive:
         _check_undimensioned(archive, display_path)
     try:
@@ -114,11 +121,9 @@ def load_ods(
     path: Path, doc_id: str, display_path: str, language: str | None = None, pages: object = None
 ) -> LoadedDocument:
     """An OpenDocument spreadsheet as TABLE sections, a group per sheet."""
-    try:
-        from odf.opendocument import load
-        from odf.table import Table
-    except ImportError as e:
-        raise _missing(display_path, "ods", "odfpy") from e
+    opendocument = _library(display_path, "ods", "odfpy", "odf.opendocument")
+    from odf.table import Table
+
     with open_zip(path, display_path, "OpenDocument spreadsheet") as archive:
         names = set(archive.namelist())
         size = sum(info.file_size for info in archive.infolist() if info.filename.endswith(".xml"))
@@ -128,7 +133,7 @@ def load_ods(
         raise IngestError(display_path, f"its XML unpacks to {size / 2**20:,.0f} MB, over "
                                         f"{MAX_ODS_XML_BYTES // 2**20} MB; save it as .xlsx or CSV")
     try:
-        document = load(str(path))
+        document = opendocument.load(str(path))
     except Exception as e:  # odfpy passes on zipfile's, expat's and its own errors for a damaged file
         raise IngestError(display_path, f"not a readable OpenDocument spreadsheet ({type(e).__name__}: {e})"
                           ) from e
