@@ -757,7 +757,7 @@ def test_cli_eval_refuses_an_empty_index(tmp_path):
     # A question set whose documents hold nothing funnel reads (or lie where .gitignore rules used to hide
     # them): refuse with the reason, never all-zero metrics that read as a result (issue 17, defect 6).
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "scan.png").write_bytes(b"\x89PNG\r\n")
+    (tmp_path / "docs" / "clip.gif").write_bytes(b"GIF89a")  # no loader takes a GIF
     (tmp_path / "qs.yaml").write_text(
         "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
     )
