@@ -118,7 +118,7 @@ class Chunk:
     def location(self) -> str:
         """Human-readable place of this chunk inside its document: `p.3`, `slide 3`, `L12-14`, `row 12-14`
         (the units its kind's loader names, `LOCATION_UNITS`)."""
-        page_unit, line_unit = LOCATION_UNITS.get(str(self.kind.value), ("p.", "L"))
+        page_unit, line_unit = LOCATION_UNITS.get(self.kind.value, ("p.", "L"))
         if self.page is not None:
             return f"{page_unit}{self.page}"
         if self.line_start is not None:

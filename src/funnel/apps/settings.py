@@ -311,12 +311,9 @@ def _dataclass(dc: type, section: str, values: BaseModel):
     def plain(value):
         return value.get_secret_value() if isinstance(value, SecretStr) else value
 
+    hints = get_type_hints(dc)
     return dc(**{f.name: plain(getattr(values, section_key(section, f.name))) for f in fields(dc)
-                 if not is_dataclass(get_type_hints(dc)[f.name])})
-
-
-def secret(value: SecretStr | None) -> str | None:
-    return value.get_secret_value() if value is not None else None
+                 if not is_dataclass(hints[f.name])})
 
 
 def load_settings(**overrides) -> Settings:

@@ -19,7 +19,7 @@ from funnel.ingest import epub, html, mail, sheets
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest import slides, word
-from funnel.ingest.office import package_recogniser
+from funnel.ingest.office import ZIP_MAGIC, package_recogniser
 from funnel.ingest.text import load_markdown, load_text
 from funnel.types import LOCATION_UNITS, Kind, LoadedDocument
 
@@ -28,7 +28,6 @@ SNIFF_BYTES = 8192
 PDF_MAGIC = b"%PDF-"
 # PDF readers accept a little junk before the header; pdfplumber does too.
 MAGIC_WINDOW = 1024
-ZIP_MAGIC = b"PK\x03\x04"
 
 # (path, doc_id, display_path, language, pages) -> the loaded document
 Read = Callable[[Path, str, str, "str | None", object], LoadedDocument]

@@ -94,10 +94,10 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
 def services_for(settings: Settings, reranker: Reranker | None, chat) -> Services:
     """What every collection's pipeline shares (the embedder loads on first use)."""
     embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
+    engine = settings.engine()
     return Services(
-        embedder=embedder, reranker=reranker,
-        generator=build_generator(chat, embedder, settings.engine().llm),
-        config=settings.engine(), max_upload_bytes=settings.serve.max_upload_mb * 2**20,
+        embedder=embedder, reranker=reranker, generator=build_generator(chat, embedder, engine.llm),
+        config=engine, max_upload_bytes=settings.serve.max_upload_mb * 2**20,
     )
 
 
