@@ -30,6 +30,8 @@ run: install ocr
 	$(BIN)/funnel ingest samples/docs --index $(DEMO) \
 		|| (! command -v tesseract >/dev/null && echo "make run: no Tesseract, so the scan was skipped")
 	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
+	# A question the samples do not answer: funnel says so and lists the closest passages, not an answer.
+	$(BIN)/funnel ask "Who leads Project Heron and what is its budget?" --index $(DEMO)
 
 test: install $(LLM_STAMP) browser ocr
 	$(BIN)/python -m pytest -q

@@ -181,10 +181,24 @@ def test_the_sample_question_set_loads():
     s = qs.evalset
     assert qs.documents == ((ROOT / "samples" / "docs").resolve(),)
     assert (s.level, s.by_path, s.skipped) == ("document", True, {})
-    assert 12 <= len(s.queries) <= 19
+    assert 12 <= len(set(s.queries) - s.abstain) <= 19 and len(s.abstain) >= 8
     assert s.queries["ceo"] == "Who is the CEO of Zentara Robotics?"
     assert s.qrels["ceo"] == {"portfolio_companies.pdf": 1} and s.answers["ceo"] == ["Iris Kallas"]
-    assert all(s.qrels[q] and s.answers[q] for q in s.queries)
+    assert all(s.qrels[q] and s.answers[q] for q in s.queries if q not in s.abstain)
+    # `expect: abstain`: asked and answered, judged by whether the answer abstained, never scored for ranking
+    assert all(not s.qrels[q] and not s.answers.get(q) for q in s.abstain)
+    assert s.queries["unanswerable_heron"] == "Who leads Project Heron and what is its budget?"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"question": "q", "expect": "refuse"}, "'expect' may only be 'abstain'"),
+    ({"question": "q", "expect": "abstain", "sources": ["a.txt"]}, "takes no 'sources' or 'answer_contains'"),
+])
+def test_expect_takes_abstain_alone(tmp_path, entry, problem):
+    path = tmp_path / "q.yaml"
+    path.write_text(json.dumps({"documents": ".", "questions": [entry]}))
+    with pytest.raises(ConfigError, match=problem):
+        load_questions(path)
 
 
 @pytest.mark.slow
@@ -210,7 +224,8 @@ def test_every_expected_answer_is_in_its_source_text():
         ("questions:\n  - sources: [a.txt]\n", "question 1: needs a non-empty 'question'"),
         ("questions:\n  - {question: '  ', sources: a.txt}\n", "question 1: needs a non-empty 'question'"),
         ("questions: [ {question: x\n", "not valid YAML"),
-        ("questions:\n  - question: Who?\n  - question: Why?\n", "no question has 'sources' or"),
+        ("questions:\n  - question: Who?\n  - question: Why?\n",
+         "no question has 'sources', 'answer_contains' or 'expect'"),
         ("questions:\n  - {id: a, question: x, sources: a.txt}\n  - {id: a, question: y, sources: b.txt}\n",
          "question 2: duplicate id 'a'"),
         ("questions:\n  - {question: x, answer_contains: [1, 2]}\n", "answer_contains: expected a string"),
@@ -578,7 +593,7 @@ def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tm
     docs.mkdir()
     (docs / "acme.txt").write_text("The CEO of Acme is Jane Roe.\n")
     (tmp_path / "qs.yaml").write_text(
-        "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
+        "documents: docs\nquestions:\n  - {question: 'Who is the CEO of Acme?', sources: acme.txt, answer_contains: Roe}\n"
     )
     suite = open_suite(tmp_path / "qs.yaml")
     p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
@@ -759,7 +774,7 @@ def test_cli_eval_refuses_an_empty_index(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "clip.gif").write_bytes(b"GIF89a")  # no loader takes a GIF
     (tmp_path / "qs.yaml").write_text(
-        "documents: docs\nquestions:\n  - {question: 'Who runs Acme?', sources: acme.txt, answer_contains: Roe}\n"
+        "documents: docs\nquestions:\n  - {question: 'Who is the CEO of Acme?', sources: acme.txt, answer_contains: Roe}\n"
     )
     result = funnel("eval", "--dataset", "qs.yaml", "--out", "out", "--variants", "bm25", "--baseline", "bm25",
                     "--reranker", "none", cwd=tmp_path)

@@ -10,6 +10,7 @@ is the one way to make a pipeline from them.
       rerank:      RerankConfig       [rerank]  the second stage's backend, policy and its parameters
       ingest:      IngestConfig       [ingest]  chunk size, analyzer, file limits
       llm:         LlmConfig          [llm]     the answer's LLM (none: the extractive answer)
+      answer:      AnswerConfig       [answer]  when an answer says the documents do not hold one
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from funnel import analyze, embed, generate, rerank
+from funnel.generate import abstain
 from funnel.config import check_ranges, setting
 from funnel.errors import ConfigError
 from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, LLM_TIMEOUT_S
@@ -32,6 +34,9 @@ class GroupingConfig:
     candidates: int = setting(25, "chunks the first stage hands to the second (the window)", ge=1, le=1000)
     chunks_per_document: int = setting(3, "chunks one document may hold in the window and in a result", ge=1,
                                        le=1000)
+    cutoff: float | None = setting(None, "relevance cut-off: documents whose evidence (the abstention's "
+                                         "measure, 0-1) is below it are left out, so fewer than k come back "
+                                         "(default: none, always k)", ge=0, le=1)
 
     def __post_init__(self):
         check_ranges(self)
@@ -99,6 +104,16 @@ class LlmConfig:
 
 
 @dataclass(frozen=True)
+class AnswerConfig:
+    abstain: str = setting("auto", "when the evidence does not support an answer, say so and list the closest "
+                                   "passages: auto (the index's calibrated threshold, else "
+                                   f"{abstain.DEFAULT_THRESHOLD}), off, or a threshold from 0 to 1")
+
+    def __post_init__(self):
+        object.__setattr__(self, "abstain", abstain.check_setting(str(self.abstain)))
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything a pipeline is built from. `index`, `embedder` and `threads` name the backends; the
     sections say how each stage runs."""
@@ -111,6 +126,7 @@ class EngineConfig:
     rerank: RerankConfig = field(default_factory=RerankConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
 
     @classmethod
     def of(cls, first_stage: FirstStageConfig | None = None, **flat: Any) -> EngineConfig:

@@ -16,6 +16,8 @@ from funnel.embed import index_embedder, load_embedder
 from funnel.embed.base import Embedder
 from funnel.engine_config import EngineConfig, GroupingConfig, RerankConfig
 from funnel.errors import ConfigError, StoreError
+from funnel.generate import abstain
+from funnel.generate.abstain import Evidence
 from funnel.generate.base import Generator
 from funnel.generate.chat import ChatModel
 from funnel.generate.context import with_continuations
@@ -140,6 +142,35 @@ class Pipeline:
         self.store.write_calibration(result.to_json())
         self._calibration = None
         return result
+
+    def evidence(self, result: SearchResult) -> Evidence | None:
+        """How well `result` supports an answer, held to this index's threshold (`[answer] abstain`); None
+        when abstention is off."""
+        calibrated = None
+        if self.config.answer.abstain == "auto":
+            try:
+                calibration = self.calibration()
+            except StoreError:
+                calibration = None
+            calibrated = calibration.abstain_threshold if calibration is not None else None
+        needed = abstain.threshold(self.config.answer.abstain, calibrated)
+        return None if needed is None else abstain.measure(result.query, result, self.store, needed)
+
+    def answerer(self, result: SearchResult, generator: Generator | None = None) -> tuple[Generator, Evidence | None]:
+        """What answers `result`: `generator` (default: this pipeline's), or the abstainer when the evidence
+        falls short."""
+        generator = generator or self.generator
+        evidence = self.evidence(result)
+        if evidence is not None and not evidence.supported:
+            return abstain.Abstainer(evidence, generator.name), evidence
+        return generator, evidence
+
+    def answer(self, result: SearchResult, generator: Generator | None = None) -> Answer:
+        """The answer to `result`'s query from its passages, or an abstention when they do not support one
+        (the closest passages listed, not an answer)."""
+        answerer, evidence = self.answerer(result, generator)
+        answer = answerer.answer(result.query, result)
+        return answer if evidence is None or answer.abstained else abstain.gated(answer, evidence)
 
     def over(self, store: Store) -> Pipeline:
         """This pipeline's models and search config over another store (calibration searches a small copy of
@@ -334,6 +365,10 @@ class Pipeline:
         second = self.second_stage(request, candidates)
         t2 = time.perf_counter()
         documents = self.group(request, second.hits)
+        if (cutoff := self.config.grouping.cutoff) is not None:
+            kept = abstain.relevant_documents(request.query, documents, cutoff)
+            notes = (*notes, *abstain.cut_note(len(documents) - len(kept), cutoff))
+            documents = kept
         t3 = time.perf_counter()
         reason = request.policy.reason or second.reason
         if second.truncated:
@@ -351,11 +386,12 @@ class Pipeline:
         )
 
     def ask(
-        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None
+        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None,
+        filter: Filter | None = None,
     ) -> Answer:
-        result = with_continuations(self.search(question, k=k, policy=policy), self.store)
+        result = with_continuations(self.search(question, k=k, policy=policy, filter=filter), self.store)
         t0 = time.perf_counter()
-        answer = self.generator.answer(result.query, result)
+        answer = self.answer(result)
         generate_ms = 1000 * (time.perf_counter() - t0)
         if answer.search is None:
             return answer

@@ -235,6 +235,11 @@ class Answer:
     generator: str  # which backend answered, e.g. "extractive"
     search: SearchResult | None = None
     # What a reader should know about this answer: "uncited" (an LLM answer citing no passage),
-    # "unknown_citation" (it cited a number no passage has), "no_context", "interrupted" (a stream broke).
+    # "unknown_citation" (it cited a number no passage has), "no_context", "interrupted" (a stream broke),
+    # "abstained" (the documents do not answer it).
     flags: tuple[str, ...] = ()
     fallback_reason: str = ""  # set when the primary generator failed and a fallback answered instead
+    # The documents do not support an answer (`funnel.generate.abstain`): the text says so and the citations
+    # are the closest passages, not an answer.
+    abstained: bool = False
+    evidence: float | None = None  # the evidence score the abstention gate measured (None: not measured)

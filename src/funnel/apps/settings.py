@@ -6,7 +6,7 @@ in the dataclass (`funnel.engine_config` for the engine, the four below for the 
     index, embedder, threads                  (top level)
     [search]    FirstStageConfig + GroupingConfig
     [rerank]    RerankConfig
-    [llm]       LlmConfig
+    [llm]       LlmConfig        [answer] AnswerConfig
     [ingest]    IngestConfig
     [serve]     ServeConfig      [triage] TriageConfig
     [slack]     SlackConfig      [database] DatabaseConfig
@@ -32,7 +32,8 @@ from pydantic_settings import (
 )
 
 from funnel.config import range_text, setting
-from funnel.engine_config import EngineConfig, GroupingConfig, IngestConfig, LlmConfig, RerankConfig
+from funnel.engine_config import (AnswerConfig, EngineConfig, GroupingConfig, IngestConfig, LlmConfig,
+                                  RerankConfig)
 from funnel.errors import ConfigError
 from funnel.retrieve.first_stage import FirstStageConfig
 
@@ -83,6 +84,7 @@ SECTIONS: dict[str, tuple[type, ...]] = {
     "search": (FirstStageConfig, GroupingConfig),
     "rerank": (RerankConfig,),
     "llm": (LlmConfig,),
+    "answer": (AnswerConfig,),
     "ingest": (IngestConfig,),
     "serve": (ServeConfig,),
     "triage": (TriageConfig,),
@@ -239,6 +241,7 @@ class Settings(BaseSettings):
     search: SECTION_MODELS["search"] = Field(default_factory=SECTION_MODELS["search"])  # type: ignore[valid-type]
     rerank: SECTION_MODELS["rerank"] = Field(default_factory=SECTION_MODELS["rerank"])  # type: ignore[valid-type]
     llm: SECTION_MODELS["llm"] = Field(default_factory=SECTION_MODELS["llm"])  # type: ignore[valid-type]
+    answer: SECTION_MODELS["answer"] = Field(default_factory=SECTION_MODELS["answer"])  # type: ignore[valid-type]
     ingest: SECTION_MODELS["ingest"] = Field(default_factory=SECTION_MODELS["ingest"])  # type: ignore[valid-type]
     serve: SECTION_MODELS["serve"] = Field(default_factory=SECTION_MODELS["serve"])  # type: ignore[valid-type]
     triage: SECTION_MODELS["triage"] = Field(default_factory=SECTION_MODELS["triage"])  # type: ignore[valid-type]
@@ -300,6 +303,7 @@ class Settings(BaseSettings):
             rerank=_dataclass(RerankConfig, "rerank", self.rerank),
             ingest=_dataclass(IngestConfig, "ingest", self.ingest),
             llm=_dataclass(LlmConfig, "llm", self.llm),
+            answer=_dataclass(AnswerConfig, "answer", self.answer),
         )
 
     def section(self, name: str):

@@ -44,6 +44,10 @@ class Calibration:
     first_stage_reason: str = ""
     first_stage_mrr: dict[str, float] = field(default_factory=dict)
     languages: dict[str, float] = field(default_factory=dict)  # share of the measured chunks per language
+    # The evidence an answer needs on this index (`funnel.calibrate.abstain`; None: made before it, the default)
+    abstain_threshold: float | None = None
+    abstain_reason: str = ""
+    abstain_measured: dict[str, float] = field(default_factory=dict)
     format: int = FORMAT
 
     def first_stage_config(self, config: FirstStageConfig) -> FirstStageConfig:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from funnel.calibrate.abstain import abstention_threshold
 from funnel.calibrate.decide import choose_first_stage, decide
 from funnel.calibrate.judged import Judged, judged_queries
 from funnel.calibrate.measure import Retrieved, first_stage_rr, languages, retrieved, second_stage_rr, windows
@@ -27,7 +28,14 @@ if TYPE_CHECKING:
 Sample = tuple[list[PseudoQuery], dict[str, Chunk]]
 
 
-def calibrate(
+def calibrate(pipeline: Pipeline, *, seed: int = 0, **options) -> Calibration:
+    """`measure_and_choose` (its options: n_queries, kinds, judged, progress), with the abstention threshold
+    of this index (`funnel.calibrate.abstain`)."""
+    result = measure_and_choose(pipeline, seed=seed, **options)
+    return replace(result, **abstention_threshold(pipeline, seed))
+
+
+def measure_and_choose(
     pipeline: Pipeline,
     *,
     n_queries: int = DEFAULT_QUERIES,

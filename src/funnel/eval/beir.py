@@ -35,6 +35,7 @@ class EvalSet:
     answers: dict[str, list[str]] = field(default_factory=dict)  # strings an answer must contain
     by_path: bool = False  # judged units are file paths (a question set), matched as path suffixes
     pages: dict[str, dict[str, int]] = field(default_factory=dict)  # qid -> judged pages ("file.pdf#p23")
+    abstain: frozenset[str] = frozenset()  # questions no document answers (`expect: abstain`)
 
 
 def json_line(line: str, path: Path, number: int):

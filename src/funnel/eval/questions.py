@@ -6,6 +6,8 @@
         question: Who is the CEO of Zentara Robotics?
         sources: [portfolio_companies.pdf]  # expected documents, matched as path suffixes
         answer_contains: [Iris Kallas]      # strings the answer must contain
+      - question: Who leads Project Heron?
+        expect: abstain                     # no document answers it: the right outcome is an abstention
         page: 3                             # optional, PDFs: the page(s) holding the answer (1-based,
                                             # physical), an int or a list; scored as page_hit@k
 
@@ -90,6 +92,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
     qrels: dict[str, dict[str, int]] = {}
     answers: dict[str, list[str]] = {}
     pages: dict[str, dict[str, int]] = {}
+    abstain: set[str] = set()
     skipped = 0
     for number, item in enumerate(raw, start=1):
         where = f"{path}: question {number}"
@@ -100,6 +103,15 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
             raise ConfigError(f"{where}: duplicate id {qid!r}")
         sources = _strings(item.get("sources"), where + " sources")
         expected = _strings(item.get("answer_contains"), where + " answer_contains")
+        if (expect := item.get("expect")) is not None:
+            if expect != "abstain":
+                raise ConfigError(f"{where}: 'expect' may only be 'abstain', got {expect!r:.40}")
+            if sources or expected:
+                raise ConfigError(f"{where}: 'expect: abstain' takes no 'sources' or 'answer_contains'")
+            queries[qid] = item["question"].strip()
+            qrels[qid] = {}
+            abstain.add(qid)
+            continue
         if not sources and not expected:
             skipped += 1
             continue
@@ -109,7 +121,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
         if (page_units := _pages(item, sources, where)):
             pages[qid] = page_units
     if not queries:
-        raise ConfigError(f"{path}: no question has 'sources' or 'answer_contains' to check")
+        raise ConfigError(f"{path}: no question has 'sources', 'answer_contains' or 'expect' to check")
 
     if documents:
         folders = tuple(documents)
@@ -129,6 +141,7 @@ def load_questions(path: Path, documents: list[Path] | None = None) -> QuestionS
         answers=answers,
         by_path=True,
         pages=pages,
+        abstain=frozenset(abstain),
     )
     return QuestionSet(evalset, folders)
 

@@ -44,6 +44,13 @@ def score(run: EvalRun, baseline: str) -> Scores:
                 means[name][label] = mean(page_values[measure])
         if vr.passed:
             means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
+        if vr.abstained:  # `expect: abstain` questions that abstained; the answerable ones that did, wrongly
+            unanswerable = [vr.abstained[q] for q in vr.abstained if q in evalset.abstain]
+            answerable = [vr.abstained[q] for q in vr.abstained if q not in evalset.abstain]
+            if unanswerable:
+                means[name]["abstained_unanswerable"] = sum(unanswerable) / len(unanswerable)
+            if answerable:
+                means[name]["abstained_answerable"] = sum(answerable) / len(answerable)
     comparisons = {}
     if baseline in evaluated:
         rankings = {name: vr.rankings for name, vr in evaluated.items()}
@@ -120,6 +127,8 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
         }
         for qid, ok in vr.passed.items():
             per_query_out[name].setdefault(qid, {"passed": ok})
+        for qid, abstained in vr.abstained.items():
+            per_query_out[name].setdefault(qid, {})["abstained"] = abstained
         for qid, judged in evalset.pages.items():
             rank = first_relevant_rank(judged, vr.page_rankings.get(qid, []))
             per_query_out[name].setdefault(qid, {})["page_rank"] = rank
@@ -145,7 +154,7 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
 
 
 def metric_columns(results: dict) -> list[str]:
-    present = [*MEASURES, *PAGE_MEASURES, "answers_passed"]
+    present = [*MEASURES, *PAGE_MEASURES, "answers_passed", "abstained_unanswerable", "abstained_answerable"]
     return [m for m in present if any(m in v for v in results["variants"].values())]
 
 

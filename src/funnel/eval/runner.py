@@ -31,6 +31,7 @@ class VariantRun:
     rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> judged units, best first
     page_rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> "file.pdf#p3" units, best first
     passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
+    abstained: dict[str, bool] = field(default_factory=dict)  # qid -> the answer said the documents hold none
     fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
     answer_fallbacks: Counter = field(default_factory=Counter)  # LLM failure -> answers given by the fallback
     skipped_reason: str = ""
@@ -134,7 +135,7 @@ def run_eval(
             if v.reranks:
                 runs[v.name].skipped_reason = "no reranker configured"
     active = [v for v in variants if not runs[v.name].skipped_reason]
-    generator = generator if evalset.answers else None
+    generator = generator if evalset.answers or evalset.abstain else None
     product = pipeline.plan("", policy=RerankPolicy.NONE)  # what a search asks of the first stage
     n_deep = max(product.first_stage.per_retriever, product.candidates, 3 * depth)
     needs_lexical = any(v.retrieval in (Retrieval.HYBRID, Retrieval.BM25) for v in active)
@@ -213,7 +214,7 @@ def _run_variant(
     if qid in evalset.pages:
         run.page_rankings[qid] = _page_ranking(hits, evalset, qid, depth)
     answer_ms = 0.0
-    if generator is not None and evalset.answers.get(qid):
+    if generator is not None and (evalset.answers.get(qid) or qid in evalset.abstain):
         ta = time.perf_counter()
         _answer(pipeline, evalset, run, qid, query, head_hits, status, generator)
         answer_ms = 1000 * (time.perf_counter() - ta)
@@ -227,8 +228,11 @@ def _answer(
     """What `Pipeline.ask` would answer from the window's documents; passed when it holds every expected string."""
     documents = pipeline.group(pipeline.plan(query, policy=RerankPolicy.NONE), head_hits)
     result = SearchResult(query, tuple(documents), tuple(head_hits), status)
-    answer = generator.answer(query, with_continuations(result, pipeline.store))  # as `Pipeline.ask` does
+    answer = pipeline.answer(with_continuations(result, pipeline.store), generator)  # as `Pipeline.ask` does
     if answer.fallback_reason:
         run.answer_fallbacks[answer.fallback_reason.split(":", 1)[-1].strip()[:100]] += 1
+    run.abstained[qid] = answer.abstained
+    if qid in evalset.abstain:
+        return
     text = answer.text.lower()
-    run.passed[qid] = all(s.lower() in text for s in evalset.answers[qid])
+    run.passed[qid] = not answer.abstained and all(s.lower() in text for s in evalset.answers[qid])

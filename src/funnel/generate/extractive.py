@@ -41,6 +41,12 @@ def _terms(text: str) -> set[str]:
     return words
 
 
+def question_terms(text: str) -> set[str]:
+    """The content terms of a text as the answer compares them: words less stop words, and for Hangul, Han
+    and Kana the terms BM25 indexes."""
+    return _terms(text)
+
+
 def _lexical(question: set[str], sentences: list[set[str]]) -> np.ndarray:
     """Each sentence's share of the question's terms, a term weighted by how rare it is among the candidate
     sentences (IDF over the pool): the row that names "Ogham" beats rows that share only "code" and "script"."""

@@ -26,6 +26,7 @@ from funnel.errors import BackendUnavailable, UpstreamError
 from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS
 from funnel.generate.base import Generator as AnswerGenerator
 from funnel.generate.chat import ChatMessage, ChatModel, ReturningStream
+from funnel.generate.abstain import NOT_IN_DOCUMENTS
 from funnel.generate.extractive import NOT_FOUND
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
@@ -33,7 +34,8 @@ SYSTEM_PROMPT = (
     "You answer questions using ONLY the numbered context passages the user gives you. "
     "After every statement, cite the passage(s) it comes from by number in square brackets, "
     "like [1] or [2][3]. "
-    "If the passages do not contain the answer, say that you don't know; never use outside knowledge."
+    "If the passages do not contain the answer, reply with this sentence alone: "
+    f"\"{NOT_IN_DOCUMENTS}\" Never use outside knowledge."
 )
 INTERRUPTED = "\n\n[answer interrupted: {reason}]"
 FALLBACK_ERRORS = (UpstreamError, BackendUnavailable)

@@ -118,6 +118,8 @@ class AskOut(RerankInfo):
     answered_by: str = Field(description="the generator: extractive (no LLM), or the LLM's name")
     flags: list[str] = Field(default_factory=list)
     fallback_reason: str = ""
+    abstained: bool = Field(False, description="true: the documents do not answer the question; the citations "
+                                               "are the closest passages, not an answer")
 
 
 class Passage(Location):
@@ -238,7 +240,8 @@ class FunnelTools:
     def ask(self, question: str, collection: CollectionArg = None, k: KArg = None,
             policy: PolicyArg = None) -> AskOut:
         """Answer a question from the documents. The answer cites passages as [1], [2], ...; `citations`
-        maps each number to its path, location (page, slide, rows or lines), heading and the cited text."""
+        maps each number to its path, location (page, slide, rows or lines), heading and the cited text.
+        When the documents do not answer it, `abstained` is true and the citations are the closest passages."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
             answer = pipeline.ask(question, k=k, policy=policy)
@@ -252,7 +255,7 @@ class FunnelTools:
                 for c in answer.citations
             ],
             answered_by=answer.generator, flags=list(answer.flags), fallback_reason=answer.fallback_reason,
-            rerank_status=search.rerank_status.value if search else "skipped",
+            abstained=answer.abstained, rerank_status=search.rerank_status.value if search else "skipped",
             rerank_reason=search.rerank_reason if search else "", policy=search.policy if search else "none",
         )
 

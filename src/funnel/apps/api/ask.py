@@ -44,6 +44,7 @@ from funnel.apps.state.conversations import Conversations, Turn
 from funnel.apps.state.metrics import STAGES
 from funnel.errors import FunnelError
 from funnel.generate.base import Generator
+from funnel.generate.abstain import Evidence, gated
 from funnel.generate.llm import AnswerStream, answer_stream
 from funnel.types import Answer, SearchResult
 
@@ -64,6 +65,12 @@ class Prepared:
     rewritten_by: str
     result: SearchResult
     timings_ms: dict[str, float]
+    answerer: Generator  # the service's generator, or the abstainer when the evidence falls short
+    evidence: Evidence | None  # None: abstention is off
+
+    def settled(self, answer: Answer) -> Answer:
+        """The answer as it is sent: with its evidence, or an abstention when the LLM said it does not know."""
+        return answer if self.evidence is None or answer.abstained else gated(answer, self.evidence)
 
 
 def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
@@ -80,11 +87,13 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     timings = dict(result.timings_ms)
     if how != "none":
         timings["rewrite"] = rewrite_ms
-    return Prepared(body.question, conversation_id, how, result, timings)
+    answerer, evidence = coll.pipeline.answerer(result, state.generator)
+    return Prepared(body.question, conversation_id, how, result, timings, answerer, evidence)
 
 
 def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
     state = request.app.state
+    answer = prepared.settled(answer)
     timings = {**prepared.timings_ms, "generate": generate_ms}
     state.metrics.observe({k: v for k, v in timings.items() if k in STAGES})
     if "interrupted" not in answer.flags:
@@ -108,7 +117,7 @@ def _wants_stream(request: Request, body: AskRequest) -> bool:
 )
 async def ask(name: str, body: AskRequest, request: Request):
     prepared = await run_in_threadpool(_prepare, request, name, body)
-    generator: Generator = request.app.state.generator
+    generator = prepared.answerer
     if not _wants_stream(request, body):
         t0 = time.perf_counter()
         answer = await run_in_threadpool(generator.answer, prepared.result.query, prepared.result)

@@ -237,7 +237,11 @@ class AskResponse(BaseModel):
     citations: list[CitationOut]
     generator: str = Field(description="which backend answered")
     fallback_reason: str = Field(description="why the LLM did not answer, when the fallback did")
-    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted")
+    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted | abstained")
+    abstained: bool = Field(False, description="the documents do not support an answer: `answer` says so and "
+                                               "`citations` are the closest passages, not an answer")
+    evidence: float | None = Field(None, description="the evidence measured for an answer (0-1), held to the "
+                                                     "index's abstention threshold; null when abstention is off")
     conversation_id: str
     rerank_status: str
     rerank_reason: str
@@ -258,6 +262,8 @@ class AskResponse(BaseModel):
             generator=answer.generator,
             fallback_reason=answer.fallback_reason,
             flags=list(answer.flags),
+            abstained=answer.abstained,
+            evidence=None if answer.evidence is None else round(answer.evidence, 4),
             conversation_id=conversation_id,
             rerank_status=result.rerank_status.value,
             rerank_reason=result.rerank_reason,

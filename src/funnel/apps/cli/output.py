@@ -31,6 +31,11 @@ def print_calibration(result) -> None:
                                                      for name, value in result.first_stage_mrr.items()))
     out.print(f"answer in the first-stage window: {result.window_recall:.0%} of the queries; "
               f"reranker {result.reranker}, embedder {result.embedder}")
+    if result.abstain_threshold is not None:
+        m = result.abstain_measured
+        out.print(f"abstention: evidence below {result.abstain_threshold:.2f} abstains ({result.abstain_reason}); "
+                  f"{m['foreign_abstained']:.0%} of {m['foreign_questions']} questions about other matters would, "
+                  f"{m['answerable_abstained']:.0%} of {m['answerable_queries']} sentences of these documents")
 
 
 def place(location: str, heading: str | None) -> str:
@@ -119,15 +124,19 @@ def print_calibration_note(pipeline) -> None:
     out.print(f"calibration ({c.created}, {c.queries} queries, reranker {c.reranker}): first stage "
               f"{c.first_stage} — {c.first_stage_reason or 'not measured'}; "
               f"second stage {c.option} — {c.reason}")
+    if c.abstain_threshold is not None:
+        out.print(f"abstention threshold {c.abstain_threshold:.2f} ({c.abstain_reason})")
 
 
 def print_answer(answer: Answer) -> None:
     out.print(styled("Q:", "bold", answer.question))
     out.print(answer.text)
     out.print()
+    if answer.abstained and answer.citations:
+        out.print("closest, not an answer:", style="yellow")
     for c in answer.citations:
         out.print(f"[{c.number}] {c.path} ({place(c.location, c.heading)})")
-    out.print(f"answered by: {answer.generator}", style="dim")
+    out.print(f"answered by: {answer.generator}" + (" (abstained)" if answer.abstained else ""), style="dim")
     if answer.fallback_reason:
         err.print(styled("note:", "yellow", f"the LLM did not answer ({answer.fallback_reason})"))
     if answer.flags:
@@ -155,6 +164,9 @@ def answer_json(answer: Answer) -> dict:
         "generator": answer.generator,
         "fallback_reason": answer.fallback_reason,
         "flags": list(answer.flags),
+        # true: the documents do not support an answer; the citations are the closest passages, not an answer
+        "abstained": answer.abstained,
+        "evidence": answer.evidence,
         "citations": [asdict(c) for c in answer.citations],
         "search": result_json(answer.search) if answer.search else None,
     }
@@ -172,4 +184,6 @@ def show(pipeline, found: SearchResult | Answer, explain: bool, as_json: bool) -
     search = found.search if isinstance(found, Answer) else found
     if explain and search is not None:
         print_explain(search)
+        if isinstance(found, Answer) and (evidence := pipeline.evidence(search)) is not None:
+            out.print(f"abstention: {evidence.describe()}")
         print_calibration_note(pipeline)
