@@ -32,6 +32,7 @@ def test_a_question_of_several_parts_is_split_where_a_new_question_starts(questi
     "What is the difference between the export and the backup, and the restore?",
     "가격 및 보증 기간은 무엇입니까?",
     "I am and what?",
+    "Who owns the follow-up action? March outage payment service",  # a rewritten follow-up's search query
     "",
 ])
 def test_a_question_of_one_part_stays_whole(question):

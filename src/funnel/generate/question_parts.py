@@ -4,7 +4,8 @@ so the answer can answer each one with its own sentence and citation.
 The split is conservative: a question is cut only where a new question plainly starts, and a question
 that merely names two things ("the pros and cons of X", "Who are Tom and Jerry?") stays one part.
 
-- a second question mark: "Who is the CEO? How many people work there?";
+- a second question mark: "Who is the CEO? How many people work there?" (words that follow the last one
+  without asking, like a follow-up's added search terms, stay with the question);
 - "; " between two questions: "When was it founded; where is it based?";
 - "(,) and" (or ", also", ", plus") followed by a question word, after a question of its own:
   "Who is the CEO and how many employees does the company have?";
@@ -67,7 +68,10 @@ def _both_ask(pieces: list[str]) -> bool:
 
 def _by_question_marks(text: str) -> list[str]:
     pieces = [p.strip() for p in _QUESTION_MARK.split(text) if p.strip()]
-    return pieces if len(pieces) > 1 and all(len(_WORD.findall(p)) >= 2 for p in pieces) else [text]
+    # Each piece a question of its own: words after the last "?" that do not ask (a follow-up's search
+    # terms, "Who owns it? March outage payment service") belong to the question before them.
+    asks = all(len(_WORD.findall(p)) >= 2 and (p.endswith("?") or _asks(p)) for p in pieces)
+    return pieces if len(pieces) > 1 and asks else [text]
 
 
 def _by_semicolons(text: str) -> list[str]:
