@@ -351,9 +351,10 @@ class Pipeline:
         )
 
     def ask(
-        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None
+        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None,
+        filter: Filter | None = None,
     ) -> Answer:
-        result = with_continuations(self.search(question, k=k, policy=policy), self.store)
+        result = with_continuations(self.search(question, k=k, policy=policy, filter=filter), self.store)
         t0 = time.perf_counter()
         answer = self.generator.answer(result.query, result)
         generate_ms = 1000 * (time.perf_counter() - t0)

@@ -31,6 +31,7 @@ from funnel.apps.settings import Settings
 from funnel.apps.triage.schema import ErrorReport, TriageResult
 from funnel.errors import ConfigError, FunnelError, NotFound
 from funnel.index import location_label, open_store
+from funnel.index.scope import document_filter
 from funnel.rerank.policies import PolicyChoice
 from funnel.integrations._core import document_metadata
 from funnel.pipeline import Pipeline
@@ -54,6 +55,10 @@ KArg = Annotated[
 ]
 PolicyArg = Annotated[
     str | None, Field(description=f"{PolicyChoice.forms()} (default: as configured)")
+]
+DocumentsArg = Annotated[
+    list[str] | None, Field(max_length=1000, description="only these documents: a doc_id, or a path as search "
+                            "results show it (omit: the whole collection; an unknown one is an error)")
 ]
 
 
@@ -221,13 +226,14 @@ class FunnelTools:
         self._triage_lock = threading.Lock()
 
     def search(self, query: str, collection: CollectionArg = None, k: KArg = None,
-               policy: PolicyArg = None) -> SearchOut:
+               policy: PolicyArg = None, documents: DocumentsArg = None) -> SearchOut:
         """Find the documents that best match a query (hybrid first stage, then the reranker). Each result
         names its path, the location of its best passage (page or lines), its score, and the rerank status
         and policy of the whole search."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
-            result = pipeline.search(query, k=k, policy=policy)
+            scope = document_filter(pipeline.store, documents or [], f"collection {name!r}")
+            result = pipeline.search(query, k=k, policy=policy, filter=scope)
         return SearchOut(
             collection=name, query=result.query, documents=[_search_hit(d, result) for d in result.documents],
             rerank_status=result.rerank_status.value, rerank_reason=result.rerank_reason,
@@ -236,12 +242,13 @@ class FunnelTools:
         )
 
     def ask(self, question: str, collection: CollectionArg = None, k: KArg = None,
-            policy: PolicyArg = None) -> AskOut:
+            policy: PolicyArg = None, documents: DocumentsArg = None) -> AskOut:
         """Answer a question from the documents. The answer cites passages as [1], [2], ...; `citations`
         maps each number to its path, location (page, slide, rows or lines), heading and the cited text."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
-            answer = pipeline.ask(question, k=k, policy=policy)
+            scope = document_filter(pipeline.store, documents or [], f"collection {name!r}")
+            answer = pipeline.ask(question, k=k, policy=policy, filter=scope)
         search = answer.search
         return AskOut(
             collection=name, question=answer.question, answer=answer.text,
