@@ -44,7 +44,8 @@ def workspace(tmp_path_factory):
 
 def funnel(*args, cwd):
     env = {**os.environ, "FUNNEL_EMBEDDER": "hashing"}
-    return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
 
 
 def cited_paths(stdout: str) -> set[str]:

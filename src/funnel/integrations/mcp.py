@@ -2,9 +2,10 @@
 search your documents, ask them questions and triage an error, with citations it can show.
 
 Built on the official SDK (`mcp` 2.x, `MCPServer`); stdio by default, streamable HTTP with `--http`. Tools:
-`search`, `ask`, `get_document`, `list_collections`, `triage`. Every result is structured (a JSON schema per
-tool). A `FunnelError` becomes a tool error (`isError`) carrying funnel's one-line message; anything else
-becomes the SDK's generic tool error. Neither ends the server.
+`search`, `ask`, `get_document`, `list_collections`, `triage`; `search` and `ask` take `documents` (doc_ids
+or paths as results show them) to keep to those. Every result is structured (a JSON schema per tool). A
+`FunnelError` becomes a tool error (`isError`) carrying funnel's one-line message; anything else becomes the
+SDK's generic tool error. Neither ends the server.
 
 Collections: `default` is the configured index (`--index` / FUNNEL_INDEX); the collections `funnel serve`
 keeps under `data_dir` are listed as `serve/NAME`. Their pipelines are built (and models loaded) on first
