@@ -13,6 +13,7 @@ import numpy as np
 
 from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
 from funnel.embed.base import Embedder, embed_queries
+from funnel.generate.question_parts import question_parts
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
 # A line that starts a list item: a bullet, or a number or letter followed by "." or ")".
@@ -183,25 +184,20 @@ class ExtractiveGenerator:
         if cjk and any(has_cjk(s) for s, _ in pool):  # a Korean (Chinese, Japanese) question: an answer in it
             pool = [(s, c) for s, c in pool if has_cjk(s)]
         sentences = self.embedder.embed([s for s, _ in pool])
-        semantic = sentences @ embed_queries(self.embedder, [question])[0]
-        lexical = _lexical(_terms(question), [_terms(s) for s, _ in pool])
-        # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for a
-        # question in those scripts the shared terms decide and the cosine only breaks ties.
-        scores = (0.1 if cjk else 1.0) * semantic + self.lexical_weight * lexical
-
+        terms = [_terms(s) for s, _ in pool]
+        # Each part of a multi-part question ("..., and who owns the fix?") is answered on its own.
+        asked = question_parts(question)
         chosen: list[int] = []
-        seen: set[str] = set()
-        floor = self.keep_ratio * float(scores.max())
-        for i in np.argsort(-scores, kind="stable"):
-            if chosen and scores[i] < floor:
-                break
-            key = pool[i][0].lower()
-            if key in seen:
-                continue
-            seen.add(key)
-            chosen.append(int(i))
-            if len(chosen) == self.max_sentences:
-                break
+        part_terms = [_terms(part) for part in asked]
+        for n, (part, vector) in enumerate(zip(asked, embed_queries(self.embedder, list(asked)), strict=True)):
+            # A part is answered by a sentence with its own terms, not one that echoes the others' as well
+            # ("Summary: the root cause, who owns the fix, ..."): the other parts' own terms count against.
+            others = set().union(*part_terms[:n], *part_terms[n + 1:]) - part_terms[n]
+            lexical = _lexical(part_terms[n], terms) - 0.5 * _lexical(others, terms)
+            # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for
+            # a question in those scripts the shared terms decide and the cosine only breaks ties.
+            scores = (0.1 if cjk else 1.0) * (sentences @ vector) + self.lexical_weight * lexical
+            chosen += self._choose(scores, pool, chosen, parts=len(asked))
 
         numbers: dict[str, int] = {}
         citations: list[Citation] = []
@@ -213,3 +209,27 @@ class ExtractiveGenerator:
                 citations.append(Citation.of(numbers[chunk.chunk_id], chunk, sentence))
             parts.append(f"{sentence} [{numbers[chunk.chunk_id]}]")
         return Answer(question, "\n".join(parts), tuple(citations), self.name, result)
+
+    def _choose(
+        self, scores: np.ndarray, pool: list[tuple[str, Chunk]], taken: list[int], parts: int
+    ) -> list[int]:
+        """The best sentences for one question (or one part of it): those within `keep_ratio` of the best,
+        at most `max_sentences`, none repeated. A part whose best sentence an earlier part chose already is
+        answered by it; each of several parts takes its share of `max_sentences`, so the answer stays short."""
+        limit = max(1, self.max_sentences // parts)
+        seen = {pool[i][0].lower() for i in taken}
+        chosen: list[int] = []
+        floor = self.keep_ratio * float(scores.max())
+        for i in np.argsort(-scores, kind="stable"):
+            if chosen and scores[i] < floor:
+                break
+            key = pool[i][0].lower()
+            if key in seen:
+                if not chosen and parts > 1:
+                    return []
+                continue
+            seen.add(key)
+            chosen.append(int(i))
+            if len(chosen) == limit:
+                break
+        return chosen

@@ -34,6 +34,7 @@ SYSTEM_PROMPT = (
     "You answer questions using ONLY the numbered context passages the user gives you. "
     "After every statement, cite the passage(s) it comes from by number in square brackets, "
     "like [1] or [2][3]. "
+    "When the question asks several things, answer every part of it, each with its citation. "
     "If the passages do not contain the answer, reply with this sentence alone: "
     f"\"{NOT_IN_DOCUMENTS}\" Never use outside knowledge."
 )

@@ -2,9 +2,10 @@
 search your documents, ask them questions and triage an error, with citations it can show.
 
 Built on the official SDK (`mcp` 2.x, `MCPServer`); stdio by default, streamable HTTP with `--http`. Tools:
-`search`, `ask`, `get_document`, `list_collections`, `triage`. Every result is structured (a JSON schema per
-tool). A `FunnelError` becomes a tool error (`isError`) carrying funnel's one-line message; anything else
-becomes the SDK's generic tool error. Neither ends the server.
+`search`, `ask`, `get_document`, `list_collections`, `triage`; `search` and `ask` take `documents` (doc_ids
+or paths as results show them) to keep to those. Every result is structured (a JSON schema per tool). A
+`FunnelError` becomes a tool error (`isError`) carrying funnel's one-line message; anything else becomes the
+SDK's generic tool error. Neither ends the server.
 
 Collections: `default` is the configured index (`--index` / FUNNEL_INDEX); the collections `funnel serve`
 keeps under `data_dir` are listed as `serve/NAME`. Their pipelines are built (and models loaded) on first
@@ -31,6 +32,7 @@ from funnel.apps.settings import Settings
 from funnel.apps.triage.schema import ErrorReport, TriageResult
 from funnel.errors import ConfigError, FunnelError, NotFound
 from funnel.index import location_label, open_store
+from funnel.index.scope import document_filter
 from funnel.rerank.policies import PolicyChoice
 from funnel.integrations._core import document_metadata
 from funnel.pipeline import Pipeline
@@ -54,6 +56,10 @@ KArg = Annotated[
 ]
 PolicyArg = Annotated[
     str | None, Field(description=f"{PolicyChoice.forms()} (default: as configured)")
+]
+DocumentsArg = Annotated[
+    list[str] | None, Field(max_length=1000, description="only these documents: a doc_id, or a path as search "
+                            "results show it (omit: the whole collection; an unknown one is an error)")
 ]
 
 
@@ -223,13 +229,14 @@ class FunnelTools:
         self._triage_lock = threading.Lock()
 
     def search(self, query: str, collection: CollectionArg = None, k: KArg = None,
-               policy: PolicyArg = None) -> SearchOut:
+               policy: PolicyArg = None, documents: DocumentsArg = None) -> SearchOut:
         """Find the documents that best match a query (hybrid first stage, then the reranker). Each result
         names its path, the location of its best passage (page or lines), its score, and the rerank status
         and policy of the whole search."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
-            result = pipeline.search(query, k=k, policy=policy)
+            scope = document_filter(pipeline.store, documents or [], f"collection {name!r}")
+            result = pipeline.search(query, k=k, policy=policy, filter=scope)
         return SearchOut(
             collection=name, query=result.query, documents=[_search_hit(d, result) for d in result.documents],
             rerank_status=result.rerank_status.value, rerank_reason=result.rerank_reason,
@@ -238,13 +245,14 @@ class FunnelTools:
         )
 
     def ask(self, question: str, collection: CollectionArg = None, k: KArg = None,
-            policy: PolicyArg = None) -> AskOut:
+            policy: PolicyArg = None, documents: DocumentsArg = None) -> AskOut:
         """Answer a question from the documents. The answer cites passages as [1], [2], ...; `citations`
         maps each number to its path, location (page, slide, rows or lines), heading and the cited text.
         When the documents do not answer it, `abstained` is true and the citations are the closest passages."""
         with _tool_errors():
             name, pipeline = self.collections.pipeline(collection)
-            answer = pipeline.ask(question, k=k, policy=policy)
+            scope = document_filter(pipeline.store, documents or [], f"collection {name!r}")
+            answer = pipeline.ask(question, k=k, policy=policy, filter=scope)
         search = answer.search
         return AskOut(
             collection=name, question=answer.question, answer=answer.text,

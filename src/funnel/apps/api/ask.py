@@ -1,6 +1,7 @@
 """`POST /v1/collections/{name}/ask`: an answer with numbered citations, as JSON or as server-sent events.
 
-Request: {question, k?, policy?, conversation_id?, stream?}. The question is first rewritten with the
+Request: {question, k?, policy?, conversation_id?, stream?, documents?} (documents: only those, see
+`funnel.apps.api.scope`). The question is first rewritten with the
 conversation's history (see `conversations`), the rewrite is searched, and the generator answers it.
 
 Streaming (`stream: true`, or `Accept: text/event-stream` when `stream` is left out) sends:
@@ -78,12 +79,14 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     coll = get_collection(name, request)
     conversations: Conversations = state.conversations
     rewriter: QueryRewriter = state.rewriter
+    scope = coll.scope(body.documents)  # an unknown document: 404 before anything is remembered
     conversation_id = body.conversation_id or new_conversation_id()
     t0 = time.perf_counter()
     search_query, how = rewriter.rewrite(body.question, conversations.history(conversation_id))
     rewrite_ms = 1000 * (time.perf_counter() - t0)
     # The answer's context, as `Pipeline.ask` builds it: a lead-in's list comes with it.
-    result = with_continuations(coll.search(search_query, k=body.k, policy=body.policy), coll.store)
+    result = coll.search(search_query, k=body.k, policy=body.policy, filter=scope)
+    result = with_continuations(result, coll.store)
     timings = dict(result.timings_ms)
     if how != "none":
         timings["rewrite"] = rewrite_ms

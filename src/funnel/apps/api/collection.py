@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from funnel.apps.api.errors import Conflict
+from funnel.apps.api.scope import document_scope
 from funnel.apps.api.uploads import Upload, check
 from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
 from funnel.apps.state.home import Place
@@ -30,6 +31,7 @@ from funnel.apps.state.replica import ReplicaReads, on_primary
 from funnel.embed.base import Embedder
 from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
+from funnel.index.base import Filter
 from funnel.ingest import SourceFile, load
 from funnel.engine_config import EngineConfig
 from funnel.pipeline import Pipeline
@@ -199,18 +201,24 @@ class Collection:
             raise missing
         return found
 
-    def search(self, query: str, k: int | None = None, policy: str | None = None) -> SearchResult:
+    def scope(self, documents: list[str] | None) -> Filter | None:
+        """A request's `documents` (ids or file names, as listed) as a filter (`funnel.apps.api.scope`)."""
+        return document_scope(self.documents(), documents, self.name) if documents else None
+
+    def search(
+        self, query: str, k: int | None = None, policy: str | None = None, filter: Filter | None = None
+    ) -> SearchResult:
         info = self.store.info()
         if info is None or info.chunks == 0:
             waiting = self.pending
             more = f"; {waiting} upload(s) still being ingested" if waiting else ": upload documents first"
             raise Conflict(f"collection {self.name!r} has no indexed documents yet{more}")
         if self._replica is None:
-            return self._without_deleted(self.pipeline.search(query, k=k, policy=policy))
+            return self._without_deleted(self.pipeline.search(query, k=k, policy=policy, filter=filter))
         result, why = self._replica.search(
-            lambda store: self._pipeline_on(store).search(query, k=k, policy=policy), info.version)
+            lambda store: self._pipeline_on(store).search(query, k=k, policy=policy, filter=filter), info.version)
         if result is None:
-            result = on_primary(self.pipeline.search(query, k=k, policy=policy), why)
+            result = on_primary(self.pipeline.search(query, k=k, policy=policy, filter=filter), why)
         return self._without_deleted(result)
 
     def _without_deleted(self, result: SearchResult) -> SearchResult:

@@ -10,7 +10,8 @@
                                                            document is never written: its ingest is cancelled)
     GET    /v1/collections/{name}/documents/{id}/file  -> the original file, its own content type
     GET    /v1/collections/{name}/chunks/{chunk_id}    -> the passage a citation names (`#` sent as %23)
-    POST   /v1/collections/{name}/search               {query, k?, policy?, explain?} -> results, explained
+    POST   /v1/collections/{name}/search               {query, k?, policy?, explain?, documents?} -> results,
+                                                           explained (documents: see `scope`)
 
 A watched folder's documents (`funnel serve --watch`) are named by their paths: document and chunk ids may
 hold '/' (sent as %2F or as is). Such a collection refuses uploads and deletes (409).
@@ -110,7 +111,7 @@ def get_chunk(chunk_id: str, coll: CollectionDep) -> ChunkOut:
 
 @router.post("/{name}/search", response_model=SearchResponse)
 def search(body: SearchRequest, coll: CollectionDep, request: Request) -> SearchResponse:
-    result = coll.search(body.query, k=body.k, policy=body.policy)
+    result = coll.search(body.query, k=body.k, policy=body.policy, filter=coll.scope(body.documents))
     request.app.state.metrics.observe(result.timings_ms)
     return SearchResponse.of(result, explain=body.explain)
 

@@ -30,8 +30,16 @@ _STOP = frozenset({
 }) | PRONOUNS
 _WORD = re.compile(r"[A-Za-z0-9][\w'&.-]*[A-Za-z0-9]|[A-Za-z0-9]")
 _LABEL = re.compile(r"^(standalone question|rewritten question|question)\s*:\s*", re.IGNORECASE)
+# Verbs a question asks with, which say nothing of its subject ("What happened in the March outage?").
+_VERBS = frozenset({
+    "happen", "happened", "happens", "say", "says", "said", "mean", "means", "meant", "know", "describe",
+    "explain", "get", "got", "need", "needed", "want", "show", "give", "find", "see",
+})
 MAX_KEY_TERMS = 8
 SHORT_FOLLOW_UP_WORDS = 4
+# "Who owns the follow-up action?": a question about "the" something, with this few content words, is about
+# the conversation's subject.
+DEFINITE_FOLLOW_UP_TERMS = 3
 
 REWRITE_PROMPT = (
     "Rewrite the user's last question as one standalone question that can be understood without the "
@@ -49,28 +57,49 @@ def _words(text: str) -> list[str]:
 
 
 def key_terms(text: str) -> list[str]:
-    """The content words of a question, in order; its names (capitalised words) alone when it has any."""
+    """The content words of a question, in order, its names (capitalised words) first: the subject a
+    follow-up leans on ("CEO Zentara Robotics"; "March outage payment service")."""
     words = _words(text)
     content: list[str] = []
     seen: set[str] = set()
     for word in words:
         lower = word.lower()
-        if lower in _STOP or lower in seen:
+        if lower in _STOP or lower in _VERBS or lower in seen:
             continue
         seen.add(lower)
         content.append(word)
     names = [w for w in content if w[0].isupper() and w != words[0]]
-    return (names or content)[:MAX_KEY_TERMS]
+    return (names + [w for w in content if w not in names])[:MAX_KEY_TERMS]
 
 
-def is_follow_up(question: str) -> bool:
-    words = [w.lower() for w in _words(question)]
-    return len(words) <= SHORT_FOLLOW_UP_WORDS or any(w in PRONOUNS for w in words)
+def _is_name(word: str, first: str) -> bool:
+    """A capitalised word that is not just the question's first word, nor an acronym ("CEO", "API")."""
+    return word != first and word[0].isupper() and any(c.islower() for c in word)
+
+
+def is_follow_up(question: str, history: tuple[Turn, ...] = ()) -> bool:
+    """Whether a question leans on the conversation: it says "it"/"they"; or it brings no name the
+    conversation has not seen and is short ("And founded?") or points at a thing with "the" and few words of
+    its own ("Who owns the follow-up action?", "What is the budget?"). A question with a new name ("Where
+    is Pellucid Bio based?") or a subject of its own ("What does the investment policy say about leverage
+    limits?") stands alone."""
+    words = _words(question)
+    lower = [w.lower() for w in words]
+    if any(w in PRONOUNS for w in lower):
+        return True
+    seen = {w.lower() for turn in history for w in _words(f"{turn.question} {turn.search_query} {turn.answer}")}
+    if any(_is_name(w, words[0]) and w.lower() not in seen for w in words):
+        return False
+    if len(words) <= SHORT_FOLLOW_UP_WORDS:
+        return True
+    content = [w for w in lower if w not in _STOP and w not in _VERBS]
+    own = [w for w in content if w not in seen]
+    return "the" in lower and (len(content) <= DEFINITE_FOLLOW_UP_TERMS or len(own) <= 1)
 
 
 def heuristic_rewrite(question: str, history: tuple[Turn, ...]) -> str:
-    """A follow-up (short, or with a pronoun) gets the previous question's key terms appended."""
-    if not history or not is_follow_up(question):
+    """A follow-up (see `is_follow_up`) gets the previous question's key terms appended."""
+    if not history or not is_follow_up(question, history):
         return question
     present = {w.lower() for w in _words(question)}
     terms = [t for t in key_terms(history[-1].search_query) if t.lower() not in present]

@@ -108,6 +108,11 @@ class SearchRequest(BaseModel):
     k: int | None = Field(None, ge=1, le=MAX_K, description="documents returned (default: the server's k)")
     policy: str | None = Field(None, description=PolicyChoice.forms())
     explain: bool = Field(False, description="also list every candidate with its rank at every stage")
+    documents: list[str] | None = Field(
+        None, max_length=1000,
+        description="search only these documents: ids or file names as the documents route lists them "
+        "(omitted or empty: the whole collection; an unknown one: 404)",
+    )
 
 
 class HitOut(ChunkPlace):
@@ -187,6 +192,11 @@ class AskRequest(BaseModel):
         description="continue this conversation (an unknown id starts a new one under that id)",
     )
     stream: bool | None = Field(None, description="server-sent events (default: when Accept asks for them)")
+    documents: list[str] | None = Field(
+        None, max_length=1000,
+        description="search only these documents: ids or file names as the documents route lists them "
+        "(omitted or empty: the whole collection; an unknown one: 404)",
+    )
 
 
 class CitationOut(BaseModel):

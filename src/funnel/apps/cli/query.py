@@ -13,6 +13,10 @@ from funnel.apps.cli.common import (
 )
 from funnel.apps.cli.output import show
 from funnel.apps.factory import build_pipeline
+from funnel.index.scope import document_filter
+
+DocumentsOpt = Annotated[Optional[list[str]], typer.Option(
+    "--document", help="only this document: its path, or its id (repeat the option for several)")]
 
 
 @app.command()
@@ -25,12 +29,14 @@ def search(
     retrieval: RetrievalOpt = None,
     reranker: RerankerOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="every candidate's rank at every stage")] = False,
+    document: DocumentsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Retrieve the top documents for a query."""
     settings = settings_from(index=index, embedder=embedder, k=k, policy=policy, retrieval=retrieval, reranker=reranker)
     pipeline = build_pipeline(settings)
-    show(pipeline, pipeline.search(query), explain, as_json)
+    scope = document_filter(pipeline.store, document or [])
+    show(pipeline, pipeline.search(query, filter=scope), explain, as_json)
 
 
 @app.command()
@@ -43,12 +49,14 @@ def ask(
     reranker: RerankerOpt = None,
     llm: Annotated[Optional[str], typer.Option(help=f"{LLM_HELP} (default: extractive)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="show the retrieval behind the answer")] = False,
+    document: DocumentsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the documents, with numbered citations."""
     settings = settings_from(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker, llm=llm)
     pipeline = build_pipeline(settings)
-    show(pipeline, pipeline.ask(question), explain, as_json)
+    scope = document_filter(pipeline.store, document or [])
+    show(pipeline, pipeline.ask(question, filter=scope), explain, as_json)
 
 
 @app.command(name="eval")
