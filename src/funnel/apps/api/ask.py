@@ -1,7 +1,15 @@
 """`POST /v1/collections/{name}/ask`: an answer with numbered citations, as JSON or as server-sent events.
 
 Request: {question, k?, policy?, conversation_id?, stream?}. The question is first rewritten with the
-conversation's history (see `conversations`), the rewrite is searched, and the generator answers it.
+conversation's history (see `funnel.apps.state.conversations`), the rewrite is searched, and the generator
+answers it. A conversation belongs to the collection it was asked in: an id the collection does not know
+starts a new conversation there under that id.
+
+When the conversation store is down (the service database unreachable, the SQLite file unwritable) the
+question is answered as asked, without the conversation's history, and the turn is not remembered: the
+answer is flagged `no_memory` and `memory_note` says why. A follow-up answered that way may answer a
+different question than the one meant, which the note tells the reader; the alternative, a 503, leaves
+them with no answer at all.
 
 Streaming (`stream: true`, or `Accept: text/event-stream` when `stream` is left out) sends:
 
@@ -30,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -40,9 +48,9 @@ from funnel.generate.context import with_continuations
 from funnel.apps.api.collections import collection as get_collection
 from funnel.apps.api.rewrite import QueryRewriter, new_conversation_id
 from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
-from funnel.apps.state.conversations import Conversations, Turn
+from funnel.apps.state.conversations import CitedPassage, Conversations, Turn
 from funnel.apps.state.metrics import STAGES
-from funnel.errors import FunnelError
+from funnel.errors import FunnelError, StoreError
 from funnel.generate.base import Generator
 from funnel.generate.llm import AnswerStream, answer_stream
 from funnel.types import Answer, SearchResult
@@ -53,6 +61,9 @@ log = logging.getLogger("funnel.api")
 # servers that report a gone client only when writing, finds out).
 KEEPALIVE_S = 10.0
 router = APIRouter(prefix="/v1/collections", tags=["ask"])
+NO_MEMORY_NOTE = ("the conversation's memory is unavailable: answered as asked, without earlier turns, and "
+                  "not remembered")
+NOT_REMEMBERED_NOTE = "the conversation's memory is unavailable: this turn is not remembered"
 
 
 @dataclass(frozen=True)
@@ -61,9 +72,16 @@ class Prepared:
 
     question: str
     conversation_id: str
+    collection: str
     rewritten_by: str
     result: SearchResult
     timings_ms: dict[str, float]
+    memory_note: str = ""  # why the conversation's history could not be read
+
+
+def _citations(answer: Answer) -> tuple[CitedPassage, ...]:
+    return tuple(CitedPassage(c.number, c.chunk_id, c.doc_id, c.path, c.title, c.location, c.text, c.page)
+                 for c in answer.citations)
 
 
 def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
@@ -73,26 +91,39 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     rewriter: QueryRewriter = state.rewriter
     conversation_id = body.conversation_id or new_conversation_id()
     t0 = time.perf_counter()
-    search_query, how = rewriter.rewrite(body.question, conversations.history(conversation_id))
+    try:
+        history, memory_note = conversations.history(coll.name, conversation_id), ""
+    except StoreError as e:
+        log.warning("answering without conversation memory: %s", e)
+        history, memory_note = (), f"{NO_MEMORY_NOTE} ({e})"
+    search_query, how = rewriter.rewrite(body.question, history)
     rewrite_ms = 1000 * (time.perf_counter() - t0)
     # The answer's context, as `Pipeline.ask` builds it: a lead-in's list comes with it.
     result = with_continuations(coll.search(search_query, k=body.k, policy=body.policy), coll.store)
     timings = dict(result.timings_ms)
     if how != "none":
         timings["rewrite"] = rewrite_ms
-    return Prepared(body.question, conversation_id, how, result, timings)
+    return Prepared(body.question, conversation_id, coll.name, how, result, timings, memory_note)
 
 
 def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
     state = request.app.state
     timings = {**prepared.timings_ms, "generate": generate_ms}
     state.metrics.observe({k: v for k, v in timings.items() if k in STAGES})
-    if "interrupted" not in answer.flags:
-        turn = Turn(prepared.question, prepared.result.query, answer.text)
-        state.conversations.add(prepared.conversation_id, turn)
-    return AskResponse.of(
+    note = prepared.memory_note
+    if "interrupted" not in answer.flags and not note:
+        turn = Turn(prepared.question, prepared.result.query, answer.text, _citations(answer))
+        try:
+            state.conversations.add(prepared.collection, prepared.conversation_id, turn)
+        except StoreError as e:
+            log.warning("the answer is not remembered: %s", e)
+            note = f"{NOT_REMEMBERED_NOTE} ({e})"
+    if note:
+        answer = replace(answer, flags=(*answer.flags, "no_memory"))
+    response = AskResponse.of(
         prepared.question, answer, prepared.result, prepared.conversation_id, prepared.rewritten_by, timings
     )
+    return response.model_copy(update={"memory_note": note}) if note else response
 
 
 def _wants_stream(request: Request, body: AskRequest) -> bool:
@@ -138,6 +169,7 @@ def _meta(prepared: Prepared) -> dict:
         "policy": result.policy,
         "sources": [SourceOut.of(d).model_dump() for d in result.documents],
         "timings_ms": {k: round(v, 3) for k, v in prepared.timings_ms.items()},
+        **({"memory_note": prepared.memory_note} if prepared.memory_note else {}),
     }
 
 
@@ -160,7 +192,7 @@ async def _events(request: Request, prepared: Prepared, stream: AnswerStream) ->
                 ms = 1000 * (time.perf_counter() - started)
                 try:
                     response = await run_in_threadpool(_finish, request, prepared, payload, ms)
-                except FunnelError as e:  # the turn could not be remembered (the database is down)
+                except FunnelError as e:  # a store that is down is a note in the answer; anything else ends here
                     yield sse("error", {"detail": str(e)})
                     return
                 yield sse("done", response.model_dump())

@@ -237,8 +237,9 @@ class AskResponse(BaseModel):
     citations: list[CitationOut]
     generator: str = Field(description="which backend answered")
     fallback_reason: str = Field(description="why the LLM did not answer, when the fallback did")
-    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted")
+    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted | no_memory")
     conversation_id: str
+    memory_note: str = Field("", description="with no_memory: why the conversation's memory was not used")
     rerank_status: str
     rerank_reason: str
     sources: list[SourceOut]

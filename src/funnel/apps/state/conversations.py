@@ -1,33 +1,64 @@
-"""Conversation memory for `ask`: the last `max_turns` turns of a conversation, at most `max_chars` of them,
-at most `max_conversations` conversations, the least recently used forgotten first. An id the service
-does not know (forgotten, or chosen by the client) starts a new, empty conversation under that id.
+"""Conversations of `ask`: each belongs to one collection, has a title (its first question, shortened, until
+renamed), created and updated times, and its last turns. Memory is bounded: the last `max_turns` turns of a
+conversation, at most `max_chars` of them (counting an answer as much of it as the rewrite reads), at most
+`max_conversations` conversations, the least recently used forgotten first. An id a collection does not
+know (forgotten, deleted, chosen by the client, or another collection's) starts a new, empty conversation
+under that id in that collection: a conversation is named by (collection, id), so asking in one collection
+never reads another's.
 
-`EmbeddedConversations` keeps them in this process (a restart forgets every conversation);
-`PostgresConversations` in the service's PostgreSQL (`funnel serve --database`), with the same bounds, so
-a conversation started on one process continues on any other and outlives restarts. `open_conversations`
-chooses.
+`EmbeddedConversations` (`conversations_sqlite`) keeps them in an SQLite file in the service's data dir (`conversations.sqlite`), so
+they outlive a restart of `funnel serve`; `PostgresConversations` (`conversations_pg`) in the service's
+PostgreSQL (`funnel serve --database`), where every process shares them. `open_conversations` chooses. Both
+run the same SQL (`_Sql`) apart from how recency is counted and how the forgotten are deleted.
 
-In PostgreSQL recency is a database sequence, not a clock, so processes whose clocks disagree still agree
-on which conversation is oldest. Forgetting is lazy: each `add` deletes at most `evict_batch`
-conversations beyond the bound, so no request pays for a backlog. A database that is down is
-DatabaseUnavailable (503 with Retry-After), not an empty history: a follow-up answered without its
-conversation would be a confident answer to a different question, and the client can retry.
+Either store may be down (PostgreSQL unreachable, the SQLite file unwritable): every verb then raises a
+one-line StoreError. `ask` answers anyway, without the conversation's memory and with a note saying so
+(`funnel.apps.api.ask`): an answer to the question as asked is more use than a 503, and the note keeps it
+from passing for a follow-up that was understood. The conversation routes answer 503.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict, deque
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol
-
-from funnel.apps.state.db import Database
 
 MAX_TURNS = 6
 MAX_CHARS = 4000
 MAX_CONVERSATIONS = 1000
-# Of an answer, only this much is remembered: enough for a rewrite to see what "it" was.
-ANSWER_CHARS = 600
+# Of an answer, this much is kept, so a reopened conversation shows it (an LLM's long answers included) ...
+ANSWER_CHARS = 8000
+# ... and this much counts towards `max_chars`: what a rewrite of the next question reads of it.
+REWRITE_ANSWER_CHARS = 600
+# Of a cited passage, this much is kept (the page fetches the whole chunk when a citation is opened).
+CITED_TEXT_CHARS = 500
+MAX_CITATIONS = 20
+TITLE_CHARS = 80
+MAX_PAGE = 200
+FILE_NAME = "conversations.sqlite"
+
+
+@dataclass(frozen=True)
+class CitedPassage:
+    """What a remembered turn keeps of a citation: enough to show it and to open its passage."""
+
+    number: int
+    chunk_id: str
+    document_id: str
+    path: str
+    title: str
+    location: str
+    text: str
+    page: int | None = None
+
+    def to_json(self) -> dict:
+        return {"number": self.number, "chunk_id": self.chunk_id, "document_id": self.document_id,
+                "path": self.path, "title": self.title, "location": self.location, "text": self.text,
+                "page": self.page}
 
 
 @dataclass(frozen=True)
@@ -35,172 +66,246 @@ class Turn:
     question: str
     search_query: str
     answer: str
+    citations: tuple[CitedPassage, ...] = ()
 
     @property
     def chars(self) -> int:
-        return len(self.question) + len(self.answer)
+        return len(self.question) + min(len(self.answer), REWRITE_ANSWER_CHARS)
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    id: str
+    title: str
+    created_at: str  # ISO 8601, UTC
+    updated_at: str
+    turns: int
+
+
+@dataclass(frozen=True)
+class Conversation:
+    summary: ConversationSummary
+    turns: tuple[Turn, ...]
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "")  # a PostgreSQL text cannot hold one; SQLite keeps what it would
 
 
 def remembered(turn: Turn, max_chars: int) -> Turn:
-    """What is kept of a turn: the question up to `max_chars`, the answer up to ANSWER_CHARS, no NUL
-    characters (a PostgreSQL text cannot hold one; the in-process memory keeps what the database would)."""
+    """What is kept of a turn: the question up to `max_chars`, the answer up to ANSWER_CHARS, at most
+    MAX_CITATIONS citations with their passages cut to CITED_TEXT_CHARS, no NUL characters."""
+    cited = tuple(
+        CitedPassage(c.number, _clean(c.chunk_id), _clean(c.document_id), _clean(c.path), _clean(c.title),
+                     _clean(c.location), _clean(c.text)[:CITED_TEXT_CHARS], c.page)
+        for c in turn.citations[:MAX_CITATIONS]
+    )
+    return Turn(_clean(turn.question)[:max_chars], _clean(turn.search_query), _clean(turn.answer)[:ANSWER_CHARS],
+                cited)
 
-    def clean(text: str) -> str:
-        return text.replace("\x00", "")
 
-    return Turn(clean(turn.question)[:max_chars], clean(turn.search_query), clean(turn.answer)[:ANSWER_CHARS])
+def title_of(question: str) -> str:
+    """A conversation's first title: its first question on one line, cut at a word near TITLE_CHARS."""
+    text = " ".join(_clean(question).split())
+    if len(text) <= TITLE_CHARS:
+        return text
+    cut = text[: TITLE_CHARS - 1]
+    if " " in cut[TITLE_CHARS // 2:]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut + "…"
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 class Conversations(Protocol):
-    """Where conversations are remembered (`open_conversations` chooses)."""
+    """Where conversations are kept (`open_conversations` chooses). A StoreError says the store is down."""
 
     def __len__(self) -> int: ...
 
-    def history(self, conversation_id: str) -> tuple[Turn, ...]:
+    def history(self, collection: str, conversation_id: str) -> tuple[Turn, ...]:
         """The remembered turns, oldest first; reading a conversation makes it the most recently used."""
 
-    def add(self, conversation_id: str, turn: Turn) -> None: ...
+    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
+        """Appends a turn, starting the conversation (titled by its question) when the collection has none
+        by that id."""
+
+    def list(self, collection: str, limit: int = 50, offset: int = 0) -> list[ConversationSummary]:
+        """The collection's conversations, the most recently updated first."""
+
+    def get(self, collection: str, conversation_id: str) -> Conversation | None: ...
+
+    def rename(self, collection: str, conversation_id: str, title: str) -> ConversationSummary | None: ...
+
+    def delete(self, collection: str, conversation_id: str) -> bool: ...
+
+    def forget_collection(self, collection: str) -> None:
+        """Every conversation of a deleted collection goes with it."""
 
 
-class _Bounded:
-    """The bounds both memories keep."""
+class _Sql:
+    """The verbs, in SQL both stores run (written with `?`; `_mark` is the driver's). A backend gives its
+    connections, how a touch counts recency (`_NEXT_USED`) and how the forgotten are deleted (`_evict`)."""
 
-    def __init__(self, max_conversations: int, max_turns: int, max_chars: int):
+    _mark = "?"
+    _NEXT_USED: str
+
+    def __init__(self, max_conversations: int, max_turns: int, max_chars: int, clock: Callable[[], float]):
         self.max_conversations = max_conversations
         self.max_turns = max_turns
         self.max_chars = max_chars
+        self._clock = clock
 
+    def _connection(self) -> AbstractContextManager:
+        raise NotImplementedError
 
-class EmbeddedConversations(_Bounded):
-    """Thread-safe LRU of conversations in this process, each a bounded deque of turns."""
+    def _transaction(self) -> AbstractContextManager:
+        raise NotImplementedError
 
-    def __init__(
-        self,
-        max_conversations: int = MAX_CONVERSATIONS,
-        max_turns: int = MAX_TURNS,
-        max_chars: int = MAX_CHARS,
-    ):
-        super().__init__(max_conversations, max_turns, max_chars)
-        self._lock = threading.Lock()
-        self._turns: OrderedDict[str, deque[Turn]] = OrderedDict()
+    def _evict(self) -> None:
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        return sql if self._mark == "?" else sql.replace("?", self._mark)
+
+    def _run(self, conn, sql: str, args=()):
+        return conn.execute(self._sql(sql), list(args))
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._turns)
+        with self._connection() as conn:
+            return int(self._run(conn, "SELECT count(*) FROM funnel_conversations").fetchone()[0])
 
-    def history(self, conversation_id: str) -> tuple[Turn, ...]:
-        with self._lock:
-            turns = self._turns.get(conversation_id)
-            if turns is None:
+    def _key(self, conn, collection: str, conversation_id: str) -> int | None:
+        row = self._run(conn, "SELECT key FROM funnel_conversations WHERE collection = ? AND id = ?",
+                        [collection, conversation_id]).fetchone()
+        return int(row[0]) if row else None
+
+    def _turns(self, conn, key: int) -> tuple[Turn, ...]:
+        rows = self._run(conn, "SELECT question, search_query, answer, citations FROM funnel_conversation_turns "
+                               "WHERE conversation = ? ORDER BY id", [key]).fetchall()
+        return tuple(Turn(q, s, a, _citations(c)) for q, s, a, c in rows)
+
+    def history(self, collection: str, conversation_id: str) -> tuple[Turn, ...]:
+        with self._transaction() as conn:
+            key = self._key(conn, collection, conversation_id)
+            if key is None:
                 return ()
-            self._turns.move_to_end(conversation_id)
-            return tuple(turns)
+            self._run(conn, f"UPDATE funnel_conversations SET used = {self._NEXT_USED} WHERE key = ?", [key])
+            return self._turns(conn, key)
 
-    def add(self, conversation_id: str, turn: Turn) -> None:
+    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
         turn = remembered(turn, self.max_chars)
-        with self._lock:
-            turns = self._turns.get(conversation_id)
-            if turns is None:
-                turns = self._turns[conversation_id] = deque(maxlen=self.max_turns)
-            self._turns.move_to_end(conversation_id)
-            turns.append(turn)
-            while len(turns) > 1 and sum(t.chars for t in turns) > self.max_chars:
-                turns.popleft()
-            while len(self._turns) > self.max_conversations:
-                self._turns.popitem(last=False)
+        now = self._clock()
+        with self._transaction() as conn:
+            # The upsert locks the conversation's row until the commit (PostgreSQL), or the file is locked
+            # (SQLite): two processes adding to one conversation trim in turn.
+            key = self._run(
+                conn,
+                "INSERT INTO funnel_conversations (collection, id, title, created_ts, updated_ts) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET "
+                f"updated_ts = EXCLUDED.updated_ts, used = {self._NEXT_USED} RETURNING key",
+                [collection, conversation_id, title_of(turn.question) or conversation_id, now, now],
+            ).fetchone()[0]
+            self._run(conn, "INSERT INTO funnel_conversation_turns (conversation, question, search_query, answer, "
+                            "citations, chars) VALUES (?, ?, ?, ?, ?, ?)",
+                      [key, turn.question, turn.search_query, turn.answer,
+                       json.dumps([c.to_json() for c in turn.citations], ensure_ascii=False), turn.chars])
+            rows = self._run(conn, "SELECT id, chars FROM funnel_conversation_turns WHERE conversation = ? "
+                                   "ORDER BY id DESC", [key]).fetchall()
+            gone = _beyond_bounds(rows, self.max_turns, self.max_chars)
+            if gone:
+                marks = ", ".join("?" * len(gone))
+                self._run(conn, f"DELETE FROM funnel_conversation_turns WHERE id IN ({marks})", gone)
+        self._evict()  # after the commit, on its own: forgetting old conversations never holds up this one
+
+    def list(self, collection: str, limit: int = 50, offset: int = 0) -> list[ConversationSummary]:
+        limit, offset = max(1, min(limit, MAX_PAGE)), max(0, offset)
+        with self._connection() as conn:
+            rows = self._run(
+                conn,
+                "SELECT c.id, c.title, c.created_ts, c.updated_ts, (SELECT count(*) FROM funnel_conversation_turns t "
+                "WHERE t.conversation = c.key) FROM funnel_conversations c WHERE c.collection = ? "
+                "ORDER BY c.updated_ts DESC, c.key DESC LIMIT ? OFFSET ?",
+                [collection, limit, offset],
+            ).fetchall()
+        return [_summary(row) for row in rows]
+
+    def _summary(self, conn, collection: str, conversation_id: str) -> ConversationSummary | None:
+        row = self._run(
+            conn,
+            "SELECT c.id, c.title, c.created_ts, c.updated_ts, (SELECT count(*) FROM funnel_conversation_turns t "
+            "WHERE t.conversation = c.key) FROM funnel_conversations c WHERE c.collection = ? AND c.id = ?",
+            [collection, conversation_id],
+        ).fetchone()
+        return _summary(row) if row else None
+
+    def get(self, collection: str, conversation_id: str) -> Conversation | None:
+        with self._transaction() as conn:
+            summary = self._summary(conn, collection, conversation_id)
+            if summary is None:
+                return None
+            return Conversation(summary, self._turns(conn, self._key(conn, collection, conversation_id)))
+
+    def rename(self, collection: str, conversation_id: str, title: str) -> ConversationSummary | None:
+        with self._transaction() as conn:
+            self._run(conn, "UPDATE funnel_conversations SET title = ? WHERE collection = ? AND id = ?",
+                      [" ".join(_clean(title).split())[:200], collection, conversation_id])
+            return self._summary(conn, collection, conversation_id)
+
+    def delete(self, collection: str, conversation_id: str) -> bool:
+        with self._transaction() as conn:
+            key = self._key(conn, collection, conversation_id)
+            if key is None:
+                return False
+            self._run(conn, "DELETE FROM funnel_conversation_turns WHERE conversation = ?", [key])
+            self._run(conn, "DELETE FROM funnel_conversations WHERE key = ?", [key])
+            return True
+
+    def forget_collection(self, collection: str) -> None:
+        with self._transaction() as conn:
+            self._run(conn, "DELETE FROM funnel_conversation_turns WHERE conversation IN "
+                            "(SELECT key FROM funnel_conversations WHERE collection = ?)", [collection])
+            self._run(conn, "DELETE FROM funnel_conversations WHERE collection = ?", [collection])
 
 
-# --- in the service database ---------------------------------------------------------------------------
+def _beyond_bounds(newest_first: list, max_turns: int, max_chars: int) -> list[int]:
+    """The ids of the turns to forget: all but the newest ones that fit `max_turns` and `max_chars`; the
+    newest is always kept, however long."""
+    gone, chars = [], 0
+    for n, (turn_id, turn_chars) in enumerate(newest_first, start=1):
+        chars += turn_chars
+        if n > 1 and (n > max_turns or chars > max_chars):
+            gone.append(turn_id)
+    return gone
 
-EVICT_BATCH = 100
 
-MIGRATIONS = (
-    "CREATE SEQUENCE funnel_conversation_clock",
-    """CREATE TABLE funnel_conversations (
-        id text PRIMARY KEY, used bigint NOT NULL DEFAULT nextval('funnel_conversation_clock'))""",
-    "CREATE INDEX funnel_conversations_used ON funnel_conversations (used)",
-    """CREATE TABLE funnel_conversation_turns (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        conversation_id text NOT NULL REFERENCES funnel_conversations ON DELETE CASCADE,
-        question text NOT NULL, search_query text NOT NULL, answer text NOT NULL, chars int NOT NULL)""",
-    "CREATE INDEX funnel_conversation_turns_conversation ON funnel_conversation_turns (conversation_id, id)",
-)
-# Locks the conversation's row until the commit, so two processes adding to one conversation trim in turn.
-TOUCH = """INSERT INTO funnel_conversations (id) VALUES (%s)
-    ON CONFLICT (id) DO UPDATE SET used = nextval('funnel_conversation_clock')"""
-ADD_TURN = """INSERT INTO funnel_conversation_turns (conversation_id, question, search_query, answer, chars)
-    VALUES (%s, %s, %s, %s, %s)"""
-# Keeps the newest turns while there are at most max_turns of them and they hold at most max_chars, and
-# always the newest one (the in-process deque's rule).
-TRIM_TURNS = """DELETE FROM funnel_conversation_turns t USING (
-        SELECT id, row_number() OVER newest_first AS n, sum(chars) OVER newest_first AS chars
-        FROM funnel_conversation_turns WHERE conversation_id = %(id)s
-        WINDOW newest_first AS (ORDER BY id DESC)
-    ) kept WHERE t.id = kept.id AND kept.n > 1 AND (kept.n > %(max_turns)s OR kept.chars > %(max_chars)s)"""
-# SKIP LOCKED: a conversation that another process is adding to is in use, not old; skipping it only ever
-# forgets fewer.
-EVICT = """DELETE FROM funnel_conversations WHERE id IN (
-    SELECT id FROM funnel_conversations ORDER BY used DESC OFFSET %s LIMIT %s FOR UPDATE SKIP LOCKED)"""
-HISTORY = """WITH touched AS (
-        UPDATE funnel_conversations SET used = nextval('funnel_conversation_clock') WHERE id = %(id)s)
-    SELECT question, search_query, answer FROM funnel_conversation_turns WHERE conversation_id = %(id)s
-    ORDER BY id"""
+def _summary(row) -> ConversationSummary:
+    cid, title, created, updated, turns = row
+    return ConversationSummary(cid, title, iso(created), iso(updated), int(turns))
+
+
+def _citations(text) -> tuple[CitedPassage, ...]:
+    data = json.loads(text) if isinstance(text, str) else (text or [])
+    return tuple(CitedPassage(**c) for c in data)
 
 
 def open_conversations(
-    db: Database | None,
+    db,
+    data_dir: Path | str | None = None,
     max_conversations: int = MAX_CONVERSATIONS,
     max_turns: int = MAX_TURNS,
     max_chars: int = MAX_CHARS,
 ) -> Conversations:
-    """The service's conversation memory: in this process without a database, shared through `db` with one."""
+    """The service's conversations: shared through the service database `db` when there is one, else in
+    `conversations.sqlite` under `data_dir`. Nothing is opened here (a store that is down fails a request,
+    not the start)."""
     if db is None:
-        return EmbeddedConversations(max_conversations, max_turns, max_chars)
+        if data_dir is None:
+            raise ValueError("embedded conversations need the service's data dir")
+        from funnel.apps.state.conversations_sqlite import EmbeddedConversations
+
+        return EmbeddedConversations(Path(data_dir) / FILE_NAME, max_conversations, max_turns, max_chars)
+    from funnel.apps.state.conversations_pg import PostgresConversations
+
     return PostgresConversations(db, max_conversations, max_turns, max_chars)
-
-
-class PostgresConversations(_Bounded):
-    """The same verbs over the service's database."""
-
-    def __init__(
-        self,
-        db: Database,
-        max_conversations: int = MAX_CONVERSATIONS,
-        max_turns: int = MAX_TURNS,
-        max_chars: int = MAX_CHARS,
-        evict_batch: int = EVICT_BATCH,
-    ):
-        super().__init__(max_conversations, max_turns, max_chars)
-        self.db = db
-        self.evict_batch = evict_batch
-        self._migrated = False
-
-    def __len__(self) -> int:
-        self._migrate()
-        with self.db.connection() as conn:
-            return conn.execute("SELECT count(*) FROM funnel_conversations").fetchone()[0]
-
-    def history(self, conversation_id: str) -> tuple[Turn, ...]:
-        """The remembered turns, oldest first; reading a conversation makes it the most recently used."""
-        self._migrate()
-        with self.db.connection() as conn:
-            rows = conn.execute(HISTORY, {"id": conversation_id}).fetchall()
-        return tuple(Turn(*row) for row in rows)
-
-    def add(self, conversation_id: str, turn: Turn) -> None:
-        turn = remembered(turn, self.max_chars)
-        self._migrate()
-        bounds = {"id": conversation_id, "max_turns": self.max_turns, "max_chars": self.max_chars}
-        with self.db.transaction() as conn:
-            conn.execute(TOUCH, [conversation_id])
-            conn.execute(ADD_TURN, [conversation_id, turn.question, turn.search_query, turn.answer,
-                                    turn.chars])
-            conn.execute(TRIM_TURNS, bounds)
-        # After the commit, on its own: forgetting old conversations never holds up this one.
-        with self.db.connection() as conn:
-            conn.execute(EVICT, [self.max_conversations, self.evict_batch])
-
-    def _migrate(self) -> None:
-        if not self._migrated:
-            self.db.migrate("conversations", MIGRATIONS)
-            self._migrated = True
