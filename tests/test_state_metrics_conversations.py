@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from funnel.apps.state.conversations import ANSWER_CHARS, Turn
+from funnel.apps.state.conversations import ANSWER_CHARS, CITED_TEXT_CHARS, TITLE_CHARS, CitedPassage, Turn
 from funnel.apps.state.conversations_sqlite import EmbeddedConversations
 from funnel.apps.state.metrics import STAGES, EmbeddedMetrics
 from funnel.apps.state import db as state_db
@@ -21,6 +21,7 @@ from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.conversations_pg import PostgresConversations
 from funnel.apps.state.db import Database, DatabaseUnavailable
 from funnel.apps.state.metrics import PostgresMetrics, open_metrics
+from funnel.errors import StoreError
 from pg_support import PASSWORD
 
 pytest.importorskip("psycopg_pool")
@@ -125,6 +126,70 @@ def test_a_turn_is_remembered_cut_to_size_and_without_nul(database, tmp_path):
     conversations.add(C, "c", Turn("q\x00" + "w" * 80, "search\x00 query", "a" * (ANSWER_CHARS + 10)))
     (turn,) = conversations.history(C, "c")
     assert turn == Turn("q" + "w" * 49, "search query", "a" * ANSWER_CHARS)
+
+
+def test_a_conversation_is_named_by_its_collection_and_id(database, tmp_path):
+    conversations = open_conversations(database, tmp_path)
+    conversations.add("alpha", "c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara", "Iris Kallas."))
+    assert conversations.history("beta", "c1") == ()  # another collection's id reads nothing
+    assert conversations.get("beta", "c1") is None and conversations.rename("beta", "c1", "x") is None
+    assert conversations.delete("beta", "c1") is False
+    conversations.add("beta", "c1", Turn("What is the leverage limit?", "leverage limit", "2x."))
+    assert questions(conversations.history("alpha", "c1")) == ["Who is the CEO of Zentara Robotics?"]
+    assert questions(conversations.history("beta", "c1")) == ["What is the leverage limit?"]
+    conversations.forget_collection("beta")
+    assert conversations.list("beta") == [] and len(conversations.history("alpha", "c1")) == 1
+
+
+def test_conversations_are_listed_newest_first_in_pages_with_titles_and_turns(database, tmp_path):
+    clock = iter(range(1_800_000_000, 1_800_000_100))
+    conversations = open_conversations(database, tmp_path)
+    conversations._clock = lambda: float(next(clock))
+    long_question = "What does the investment policy say about " + "very " * 30 + "long questions?"
+    conversations.add(C, "old", Turn(long_question, "q", "a"))
+    conversations.add(C, "new", Turn("Second?", "q", "a"))
+    cited = CitedPassage(1, "doc#0", "doc", "policy.pdf", "Policy", "p.2", "Leverage is capped" * 50, 2)
+    conversations.add(C, "old", Turn("And then?", "q", "It is capped [1].", (cited,)))
+    listed = conversations.list(C)
+    assert [c.id for c in listed] == ["old", "new"]  # "old" was updated last
+    old = listed[0]
+    assert old.turns == 2 and old.title.endswith("…") and len(old.title) <= TITLE_CHARS
+    assert old.title.startswith("What does the investment policy say about very")
+    assert old.created_at == "2027-01-15T08:00:00+00:00" and old.updated_at == "2027-01-15T08:00:02+00:00"
+    assert [c.id for c in conversations.list(C, limit=1, offset=1)] == ["new"]
+    assert conversations.list(C, limit=1, offset=2) == []
+    found = conversations.get(C, "old")
+    assert found.summary == old and questions(found.turns) == [long_question, "And then?"]
+    (kept,) = found.turns[1].citations
+    assert kept.path == "policy.pdf" and kept.page == 2 and len(kept.text) == CITED_TEXT_CHARS
+    renamed = conversations.rename(C, "old", "  Leverage\nlimits  ")
+    assert renamed.title == "Leverage limits" and conversations.list(C)[0].title == "Leverage limits"
+    assert conversations.delete(C, "old") is True and conversations.get(C, "old") is None
+    assert [c.id for c in conversations.list(C)] == ["new"] and len(conversations) == 1
+
+
+def test_an_embedded_conversation_outlives_a_restart(tmp_path):
+    open_conversations(None, tmp_path).add(C, "c", Turn("q1", "q1", "a1"))
+    again = open_conversations(None, tmp_path)  # a new process on the same data dir
+    assert questions(again.history(C, "c")) == ["q1"] and (tmp_path / "conversations.sqlite").is_file()
+
+
+@pytest.mark.parametrize("spoil", ["folder is a file", "not sqlite", "file is a folder"])
+def test_an_embedded_store_that_cannot_be_used_is_a_one_line_store_error(tmp_path, spoil):
+    path = tmp_path / "conversations.sqlite"
+    if spoil == "folder is a file":
+        (tmp_path / "data").write_text("x")
+        path = tmp_path / "data" / "conversations.sqlite"
+    elif spoil == "not sqlite":
+        path.write_bytes(b"this is no database " * 100)
+    else:  # (a read-only file would do, but tests may run as root, who writes it anyway)
+        path.mkdir()
+    conversations = EmbeddedConversations(path)
+    for call in (lambda: conversations.add(C, "c", Turn("q", "q", "a")), lambda: conversations.history(C, "c"),
+                 lambda: conversations.list(C)):
+        with pytest.raises(StoreError) as caught:
+            call()
+        assert "\n" not in str(caught.value) and tmp_path.name in str(caught.value)
 
 
 # --- shared: several processes are one service -----------------------------------------------------
