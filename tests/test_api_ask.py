@@ -14,8 +14,7 @@ from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.api import create_app
 from funnel.apps.api.rewrite import heuristic_rewrite
-from funnel.apps.state.conversations import Turn
-from funnel.apps.state.conversations_sqlite import EmbeddedConversations
+from funnel.apps.state.conversations import EmbeddedConversations, Turn
 from funnel.apps.settings import Settings
 from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.db import Database, DatabaseUnavailable

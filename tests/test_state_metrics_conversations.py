@@ -13,12 +13,11 @@ from contextlib import contextmanager
 
 import pytest
 
-from funnel.apps.state.conversations import ANSWER_CHARS, CITED_TEXT_CHARS, TITLE_CHARS, CitedPassage, Turn
-from funnel.apps.state.conversations_sqlite import EmbeddedConversations
+from funnel.apps.state.conversations import (ANSWER_CHARS, CITED_TEXT_CHARS, TITLE_CHARS, CitedPassage,
+                                             EmbeddedConversations, Turn)
 from funnel.apps.state.metrics import STAGES, EmbeddedMetrics
 from funnel.apps.state import db as state_db
-from funnel.apps.state.conversations import open_conversations
-from funnel.apps.state.conversations_pg import PostgresConversations
+from funnel.apps.state.conversations import PostgresConversations, open_conversations
 from funnel.apps.state.db import Database, DatabaseUnavailable
 from funnel.apps.state.metrics import PostgresMetrics, open_metrics
 from funnel.errors import StoreError

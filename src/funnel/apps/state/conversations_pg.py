@@ -1,5 +1,5 @@
 """Conversations in the service's PostgreSQL (`funnel serve --database`): the verbs of
-`funnel.apps.state.conversations` over tables every process shares, with the same bounds, so a
+`funnel.apps.state.conversation_rows` over tables every process shares, with the same bounds, so a
 conversation started on one process continues on any other and outlives restarts.
 
 Recency is a database sequence, not a clock, so processes whose clocks disagree still agree on which
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from funnel.apps.state.conversations import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, _Sql
+from funnel.apps.state.conversation_rows import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, SqlConversations
 from funnel.apps.state.db import Database
 from funnel.apps.state.tables import ComponentTables
 
@@ -57,7 +57,7 @@ EVICT = """DELETE FROM funnel_conversations WHERE key IN (
     SELECT key FROM funnel_conversations ORDER BY used DESC OFFSET %s LIMIT %s FOR UPDATE SKIP LOCKED)"""
 
 
-class PostgresConversations(_Sql):
+class PostgresConversations(SqlConversations):
     """The verbs over the service's database; the tables are created on first use."""
 
     _mark = "%s"

@@ -1,5 +1,5 @@
 """Conversations in an SQLite file in the service's data dir (`conversations.sqlite`): the verbs of
-`funnel.apps.state.conversations` for one `funnel serve` process, kept across its restarts.
+`funnel.apps.state.conversation_rows` for one `funnel serve` process, kept across its restarts.
 
 WAL mode; every call opens its own short connection, so API threads share one instance without a lock
 (SQLite serialises the writers; a busy file is waited on for 10 s). The file is created on first use, not
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from funnel.apps.state.conversations import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, _Sql
+from funnel.apps.state.conversation_rows import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, SqlConversations
 from funnel.errors import StoreError
 
 SQLITE_VERSION = 1
@@ -36,7 +36,7 @@ SQLITE_V1 = (
 )
 
 
-class EmbeddedConversations(_Sql):
+class EmbeddedConversations(SqlConversations):
     """Conversations in the SQLite file at `path` (WAL; every call opens its own short connection, so API
     threads share one instance; SQLite serialises the writers). The file is created on first use; the
     schema is versioned with `PRAGMA user_version`."""
