@@ -17,13 +17,13 @@ NOTE = (b"# Zentara Robotics\n\nIris Kallas is the CEO of Zentara Robotics. Zent
         b"and has 287 employees.\n\n# Travel\n\nThe per diem for Berlin is 28 EUR.\n")
 
 
-def ask(page, question: str) -> None:
-    page.fill("#question", question)
-    page.press("#question", "Enter")
-    expect_done = page.locator(".turn .info").last
+def ask(tab, question: str) -> None:
+    """Asks on the page `tab` and waits for the whole answer."""
     from playwright.sync_api import expect
 
-    expect(expect_done).to_contain_text("answered by", timeout=TIMEOUT_MS)
+    tab.fill("#question", question)
+    tab.press("#question", "Enter")
+    expect(tab.locator(".turn .info").last).to_contain_text("answered by", timeout=TIMEOUT_MS)
 
 
 def test_past_chats_are_listed_reopened_renamed_and_deleted(tmp_path, page):  # noqa: F811

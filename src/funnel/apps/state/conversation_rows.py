@@ -207,7 +207,7 @@ class SqlConversations:
     def rename(self, collection: str, conversation_id: str, title: str) -> ConversationSummary | None:
         with self._transaction() as conn:
             self._run(conn, "UPDATE funnel_conversations SET title = ? WHERE collection = ? AND id = ?",
-                      [" ".join(_clean(title).split())[:200], collection, conversation_id])
+                      [" ".join(_clean(title).split())[:200] or conversation_id, collection, conversation_id])
             return self._summary(conn, collection, conversation_id)
 
     def delete(self, collection: str, conversation_id: str) -> bool:
