@@ -291,6 +291,22 @@ def test_a_store_that_is_down_answers_as_asked_without_memory(data_dir, tmp_path
     assert listed.status_code == 503 and "cannot create" in listed.json()["detail"]
 
 
+def test_postgres_down_answers_without_memory_and_the_routes_say_503(data_dir, monkeypatch):
+    from funnel.apps.state import db as state_db
+
+    monkeypatch.setattr(state_db, "POOL_TIMEOUT_S", 0.5)
+    db = Database(f"postgresql://funnel:s3cret-pw@127.0.0.1:{closed_port()}/funnel")
+    app = create_app(Settings(embedder="hashing", data_dir=data_dir))
+    app.state.conversations = open_conversations(db)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        body = ask(client, conversation_id="pg-down-1").json()
+        listed = client.get("/v1/collections/default/conversations")
+    db.close()
+    assert "Iris Kallas" in body["answer"] and "no_memory" in body["flags"]
+    assert "unavailable" in body["memory_note"] and "s3cret-pw" not in body["memory_note"]
+    assert listed.status_code == 503 and listed.headers["retry-after"] and "s3cret-pw" not in listed.text
+
+
 @pytest.mark.parametrize(
     "follow_up, expected",
     [
