@@ -22,6 +22,7 @@ PROCESS_MODULES = {
     "test_cli.py", "test_api_ask.py", "test_api_collections.py", "test_api_ingest_jobs.py",
     "test_store_postgres.py", "test_triage_api.py", "test_export_checkpoint.py", "test_mcp.py",
     "test_state_db.py", "test_state_jobs.py", "test_state_triage.py", "test_state_metrics_conversations.py",
+    "test_api_conversations.py",
     "test_api_database.py", "test_api_processes.py", "test_api_replica.py",
 }
 

@@ -244,7 +244,7 @@ def test_a_conversation_continues_on_another_server_sharing_the_database(data_di
         with httpx.Client(base_url=other, timeout=30) as client:
             events = dict(ask_stream(client, FOLLOW_UP, conversation_id=first["conversation_id"]))
     assert events["meta"]["rewritten_by"] == "heuristic" and "Zentara" in events["meta"]["search_query"]
-    assert [t.question for t in apps[0].state.conversations.history(first["conversation_id"])] == [
+    assert [t.question for t in apps[0].state.conversations.history("default", first["conversation_id"])] == [
         CEO_QUESTION, FOLLOW_UP]
     for db in dbs:
         db.close()
@@ -253,32 +253,58 @@ def test_a_conversation_continues_on_another_server_sharing_the_database(data_di
 class ForgetfulConversations(EmbeddedConversations):
     """Reads work; remembering a turn finds the service's database gone (it went down mid-answer)."""
 
-    def add(self, conversation_id: str, turn: Turn) -> None:
+    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
         raise DatabaseUnavailable("the database at postgresql://127.0.0.1:1/funnel is unavailable: gone")
 
 
-def test_an_answer_that_cannot_be_remembered_is_a_503_or_an_error_event(data_dir):
+def test_an_answer_that_cannot_be_remembered_still_comes_back_with_a_note(data_dir, tmp_path):
     app = create_app(Settings(embedder="hashing", data_dir=data_dir))
-    app.state.conversations = ForgetfulConversations()
+    app.state.conversations = ForgetfulConversations(tmp_path / "conversations.sqlite")
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         response = ask(client)
         events = ask_stream(client)
-    assert response.status_code == 503 and response.headers["retry-after"]
-    assert "unavailable" in response.json()["detail"]
-    assert [name for name, _ in events][0] == "meta" and events[-1] == (
-        "error", {"detail": "the database at postgresql://127.0.0.1:1/funnel is unavailable: gone"})
+    assert response.status_code == 200 and "Iris Kallas" in response.json()["answer"]
+    body = response.json()
+    assert "no_memory" in body["flags"] and "not remembered" in body["memory_note"]
+    assert "unavailable: gone" in body["memory_note"]
+    name, done = events[-1]
+    assert name == "done" and "no_memory" in done["flags"] and "Iris Kallas" in done["answer"]
 
 
-def test_conversations_are_bounded():
-    conversations = EmbeddedConversations(max_conversations=3, max_turns=2, max_chars=100)
-    for n in range(5):
-        conversations.add(f"c{n}", Turn("q", "q", "a"))
-    assert len(conversations) == 3 and conversations.history("c0") == ()
-    for n in range(4):
-        conversations.add("c4", Turn(f"q{n}", f"q{n}", "a" * 10))
-    assert [t.question for t in conversations.history("c4")] == ["q2", "q3"]
-    conversations.add("c4", Turn("long", "long", "b" * 95))
-    assert [t.question for t in conversations.history("c4")] == ["long"]
+def test_a_store_that_is_down_answers_as_asked_without_memory(data_dir, tmp_path):
+    """The SQLite file cannot be written (its folder is a file): the follow-up is answered as asked, says so,
+    and the conversation routes answer 503."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the data dir's conversations would go")
+    app = create_app(Settings(embedder="hashing", data_dir=data_dir))
+    app.state.conversations = EmbeddedConversations(blocked / "conversations.sqlite")
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        first = ask(client).json()
+        follow = ask(client, FOLLOW_UP, conversation_id=first["conversation_id"]).json()
+        events = ask_stream(client, FOLLOW_UP, conversation_id=first["conversation_id"])
+        listed = client.get("/v1/collections/default/conversations")
+    for body in (first, follow, events[-1][1]):
+        assert "no_memory" in body["flags"] and "without earlier turns" in body["memory_note"]
+    assert "Iris Kallas" in first["answer"]
+    assert follow["rewritten_by"] == "none" and follow["search_query"] == FOLLOW_UP
+    assert "without earlier turns" in events[0][1]["memory_note"]
+    assert listed.status_code == 503 and "cannot create" in listed.json()["detail"]
+
+
+def test_postgres_down_answers_without_memory_and_the_routes_say_503(data_dir, monkeypatch):
+    from funnel.apps.state import db as state_db
+
+    monkeypatch.setattr(state_db, "POOL_TIMEOUT_S", 0.5)
+    db = Database(f"postgresql://funnel:s3cret-pw@127.0.0.1:{closed_port()}/funnel")
+    app = create_app(Settings(embedder="hashing", data_dir=data_dir))
+    app.state.conversations = open_conversations(db)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        body = ask(client, conversation_id="pg-down-1").json()
+        listed = client.get("/v1/collections/default/conversations")
+    db.close()
+    assert "Iris Kallas" in body["answer"] and "no_memory" in body["flags"]
+    assert "unavailable" in body["memory_note"] and "s3cret-pw" not in body["memory_note"]
+    assert listed.status_code == 503 and listed.headers["retry-after"] and "s3cret-pw" not in listed.text
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,14 @@ from contextlib import contextmanager
 
 import pytest
 
-from funnel.apps.state.conversations import ANSWER_CHARS, EmbeddedConversations, Turn
+from funnel.apps.state.conversations import (ANSWER_CHARS, CITED_TEXT_CHARS, TITLE_CHARS, CitedPassage,
+                                             EmbeddedConversations, Turn)
 from funnel.apps.state.metrics import STAGES, EmbeddedMetrics
 from funnel.apps.state import db as state_db
 from funnel.apps.state.conversations import PostgresConversations, open_conversations
 from funnel.apps.state.db import Database, DatabaseUnavailable
 from funnel.apps.state.metrics import PostgresMetrics, open_metrics
+from funnel.errors import StoreError
 from pg_support import PASSWORD
 
 pytest.importorskip("psycopg_pool")
@@ -43,6 +45,9 @@ def two_processes(pg_dsn):
         db.close()
 
 
+C = "default"  # the collection the conversations belong to
+
+
 def counts(snapshot: dict) -> dict[tuple[str, str, int], int]:
     return {(r["method"], r["route"], r["status"]): r["count"] for r in snapshot["requests"]}
 
@@ -54,10 +59,10 @@ def questions(history: tuple[Turn, ...]) -> list[str]:
 # --- the contract: both kinds -----------------------------------------------------------------------
 
 
-def test_the_factories_choose_by_database(database):
+def test_the_factories_choose_by_database(database, tmp_path):
     embedded, shared = (EmbeddedMetrics, EmbeddedConversations), (PostgresMetrics, PostgresConversations)
     kinds = embedded if database is None else shared
-    assert (type(open_metrics(database)), type(open_conversations(database))) == kinds
+    assert (type(open_metrics(database)), type(open_conversations(database, tmp_path))) == kinds
 
 
 def test_requests_are_counted_per_method_route_and_status(database):
@@ -91,35 +96,99 @@ def test_latency_is_the_nearest_rank_over_each_stages_last_window(database):
     assert latency["generate"] == {"count": 0, "p50_ms": None, "p95_ms": None}
 
 
-def test_conversations_are_bounded(database):
-    conversations = open_conversations(database, max_conversations=3, max_turns=2, max_chars=100)
+def test_conversations_are_bounded(database, tmp_path):
+    conversations = open_conversations(database, tmp_path, max_conversations=3, max_turns=2, max_chars=100)
     for n in range(5):
-        conversations.add(f"c{n}", Turn("q", "q", "a"))
-    assert len(conversations) == 3 and conversations.history("c0") == ()
+        conversations.add(C, f"c{n}", Turn("q", "q", "a"))
+    assert len(conversations) == 3 and conversations.history(C, "c0") == ()
     for n in range(4):
-        conversations.add("c4", Turn(f"q{n}", f"q{n}", "a" * 10))
-    assert questions(conversations.history("c4")) == ["q2", "q3"]
-    conversations.add("c4", Turn("long", "long", "b" * 95))  # 99 characters: the turn before it goes
-    assert questions(conversations.history("c4")) == ["long"]
-    conversations.add("c4", Turn("huge", "huge", "c" * 500))  # over the limit alone: still remembered
-    assert questions(conversations.history("c4")) == ["huge"]
+        conversations.add(C, "c4", Turn(f"q{n}", f"q{n}", "a" * 10))
+    assert questions(conversations.history(C, "c4")) == ["q2", "q3"]
+    conversations.add(C, "c4", Turn("long", "long", "b" * 95))  # 99 characters: the turn before it goes
+    assert questions(conversations.history(C, "c4")) == ["long"]
+    conversations.add(C, "c4", Turn("huge", "huge", "c" * 500))  # over the limit alone: still remembered
+    assert questions(conversations.history(C, "c4")) == ["huge"]
 
 
-def test_reading_a_conversation_keeps_it_from_being_forgotten(database):
-    conversations = open_conversations(database, max_conversations=2)
-    conversations.add("a", Turn("qa", "qa", "x"))
-    conversations.add("b", Turn("qb", "qb", "x"))
-    assert questions(conversations.history("a")) == ["qa"]
-    conversations.add("c", Turn("qc", "qc", "x"))
-    assert (conversations.history("b"), questions(conversations.history("a"))) == ((), ["qa"])
+def test_reading_a_conversation_keeps_it_from_being_forgotten(database, tmp_path):
+    conversations = open_conversations(database, tmp_path, max_conversations=2)
+    conversations.add(C, "a", Turn("qa", "qa", "x"))
+    conversations.add(C, "b", Turn("qb", "qb", "x"))
+    assert questions(conversations.history(C, "a")) == ["qa"]
+    conversations.add(C, "c", Turn("qc", "qc", "x"))
+    assert (conversations.history(C, "b"), questions(conversations.history(C, "a"))) == ((), ["qa"])
 
 
-def test_a_turn_is_remembered_cut_to_size_and_without_nul(database):
-    conversations = open_conversations(database, max_chars=50)
-    assert conversations.history("never-seen") == ()
-    conversations.add("c", Turn("q\x00" + "w" * 80, "search\x00 query", "a" * (ANSWER_CHARS + 10)))
-    (turn,) = conversations.history("c")
+def test_a_turn_is_remembered_cut_to_size_and_without_nul(database, tmp_path):
+    conversations = open_conversations(database, tmp_path, max_chars=50)
+    assert conversations.history(C, "never-seen") == ()
+    conversations.add(C, "c", Turn("q\x00" + "w" * 80, "search\x00 query", "a" * (ANSWER_CHARS + 10)))
+    (turn,) = conversations.history(C, "c")
     assert turn == Turn("q" + "w" * 49, "search query", "a" * ANSWER_CHARS)
+
+
+def test_a_conversation_is_named_by_its_collection_and_id(database, tmp_path):
+    conversations = open_conversations(database, tmp_path)
+    conversations.add("alpha", "c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara", "Iris Kallas."))
+    assert conversations.history("beta", "c1") == ()  # another collection's id reads nothing
+    assert conversations.get("beta", "c1") is None and conversations.rename("beta", "c1", "x") is None
+    assert conversations.delete("beta", "c1") is False
+    conversations.add("beta", "c1", Turn("What is the leverage limit?", "leverage limit", "2x."))
+    assert questions(conversations.history("alpha", "c1")) == ["Who is the CEO of Zentara Robotics?"]
+    assert questions(conversations.history("beta", "c1")) == ["What is the leverage limit?"]
+    conversations.forget_collection("beta")
+    assert conversations.list("beta") == [] and len(conversations.history("alpha", "c1")) == 1
+
+
+def test_conversations_are_listed_newest_first_in_pages_with_titles_and_turns(database, tmp_path):
+    clock = iter(range(1_800_000_000, 1_800_000_100))
+    conversations = open_conversations(database, tmp_path)
+    conversations._clock = lambda: float(next(clock))
+    long_question = "What does the investment policy say about " + "very " * 30 + "long questions?"
+    conversations.add(C, "old", Turn(long_question, "q", "a"))
+    conversations.add(C, "new", Turn("Second?", "q", "a"))
+    cited = CitedPassage(1, "doc#0", "doc", "policy.pdf", "Policy", "p.2", "Leverage is capped" * 50, 2)
+    conversations.add(C, "old", Turn("And then?", "q", "It is capped [1].", (cited,)))
+    listed = conversations.list(C)
+    assert [c.id for c in listed] == ["old", "new"]  # "old" was updated last
+    old = listed[0]
+    assert old.turns == 2 and old.title.endswith("…") and len(old.title) <= TITLE_CHARS
+    assert old.title.startswith("What does the investment policy say about very")
+    assert old.created_at == "2027-01-15T08:00:00+00:00" and old.updated_at == "2027-01-15T08:00:02+00:00"
+    assert [c.id for c in conversations.list(C, limit=1, offset=1)] == ["new"]
+    assert conversations.list(C, limit=1, offset=2) == []
+    found = conversations.get(C, "old")
+    assert found.summary == old and questions(found.turns) == [long_question, "And then?"]
+    (kept,) = found.turns[1].citations
+    assert kept.path == "policy.pdf" and kept.page == 2 and len(kept.text) == CITED_TEXT_CHARS
+    renamed = conversations.rename(C, "old", "  Leverage\nlimits  ")
+    assert renamed.title == "Leverage limits" and conversations.list(C)[0].title == "Leverage limits"
+    assert conversations.delete(C, "old") is True and conversations.get(C, "old") is None
+    assert [c.id for c in conversations.list(C)] == ["new"] and len(conversations) == 1
+
+
+def test_an_embedded_conversation_outlives_a_restart(tmp_path):
+    open_conversations(None, tmp_path).add(C, "c", Turn("q1", "q1", "a1"))
+    again = open_conversations(None, tmp_path)  # a new process on the same data dir
+    assert questions(again.history(C, "c")) == ["q1"] and (tmp_path / "conversations.sqlite").is_file()
+
+
+@pytest.mark.parametrize("spoil", ["folder is a file", "not sqlite", "file is a folder"])
+def test_an_embedded_store_that_cannot_be_used_is_a_one_line_store_error(tmp_path, spoil):
+    path = tmp_path / "conversations.sqlite"
+    if spoil == "folder is a file":
+        (tmp_path / "data").write_text("x")
+        path = tmp_path / "data" / "conversations.sqlite"
+    elif spoil == "not sqlite":
+        path.write_bytes(b"this is no database " * 100)
+    else:  # (a read-only file would do, but tests may run as root, who writes it anyway)
+        path.mkdir()
+    conversations = EmbeddedConversations(path)
+    for call in (lambda: conversations.add(C, "c", Turn("q", "q", "a")), lambda: conversations.history(C, "c"),
+                 lambda: conversations.list(C)):
+        with pytest.raises(StoreError) as caught:
+            call()
+        assert "\n" not in str(caught.value) and tmp_path.name in str(caught.value)
 
 
 # --- shared: several processes are one service -----------------------------------------------------
@@ -245,10 +314,10 @@ def test_an_outage_loses_no_counts_and_is_logged_once(pg_dsn, monkeypatch, caplo
 
 def test_a_conversation_continues_on_another_process(two_processes):
     a, b = (PostgresConversations(db, max_turns=3) for db in two_processes)
-    a.add("c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara Robotics", "Iris Kallas."))
-    assert questions(b.history("c1")) == ["Who is the CEO of Zentara Robotics?"]
-    b.add("c1", Turn("How many employees does it have?", "employees Zentara Robotics", "About 240."))
-    assert questions(a.history("c1")) == [
+    a.add(C, "c1", Turn("Who is the CEO of Zentara Robotics?", "CEO Zentara Robotics", "Iris Kallas."))
+    assert questions(b.history(C, "c1")) == ["Who is the CEO of Zentara Robotics?"]
+    b.add(C, "c1", Turn("How many employees does it have?", "employees Zentara Robotics", "About 240."))
+    assert questions(a.history(C, "c1")) == [
         "Who is the CEO of Zentara Robotics?", "How many employees does it have?"]
 
 
@@ -257,15 +326,15 @@ def test_processes_adding_to_one_conversation_together_keep_its_bounds(two_proce
 
     def talk(conversations: PostgresConversations, who: str) -> None:
         for n in range(15):
-            conversations.add("shared", Turn(f"{who}{n}", "q", "x"))
-            conversations.add(f"{who}-own-{n}", Turn("q", "q", "x"))
+            conversations.add(C, "shared", Turn(f"{who}{n}", "q", "x"))
+            conversations.add(C, f"{who}-own-{n}", Turn("q", "q", "x"))
 
     threads = [threading.Thread(target=talk, args=pair) for pair in ((a, "a"), (b, "b"))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    history = questions(a.history("shared"))
+    history = questions(a.history(C, "shared"))
     assert len(history) == 3 and len(set(history)) == 3
     assert {"a14", "b14"} & set(history)  # the last turns survive, whoever wrote them
     assert len(b) == 5
@@ -275,15 +344,15 @@ def test_forgetting_is_bounded_per_add_and_catches_up(pg_dsn):
     db = Database(pg_dsn)
     roomy = PostgresConversations(db, max_conversations=100)
     for n in range(10):
-        roomy.add(f"c{n}", Turn("q", "q", "x"))
+        roomy.add(C, f"c{n}", Turn("q", "q", "x"))
     tight = PostgresConversations(db, max_conversations=2, evict_batch=3)  # a restart with a lower bound
     sizes = []
     for n in range(4):
-        tight.add("c9", Turn(f"again{n}", "q", "x"))
+        tight.add(C, "c9", Turn(f"again{n}", "q", "x"))
         sizes.append(len(tight))
     assert sizes == [7, 4, 2, 2]
-    assert questions(tight.history("c9")) == ["q", "again0", "again1", "again2", "again3"]
-    assert tight.history("c8") != ()  # the most recently used before c9 stays
+    assert questions(tight.history(C, "c9")) == ["q", "again0", "again1", "again2", "again3"]
+    assert tight.history(C, "c8") != ()  # the most recently used before c9 stays
     db.close()
 
 
@@ -296,7 +365,7 @@ def test_a_database_that_is_down_is_a_503_without_the_password(monkeypatch):
     conversations = PostgresConversations(db)
     metrics = PostgresMetrics(db, flush_s=3600)
     metrics.count_request("POST", "/v1/collections/{name}/ask", 200)
-    for call in (lambda: conversations.history("c"), lambda: conversations.add("c", Turn("q", "q", "a")),
+    for call in (lambda: conversations.history(C, "c"), lambda: conversations.add(C, "c", Turn("q", "q", "a")),
                  metrics.snapshot):
         with pytest.raises(DatabaseUnavailable) as caught:
             call()

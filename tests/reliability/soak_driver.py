@@ -381,7 +381,8 @@ class Load:
         return "ok"
 
     def _read(self, client, rng) -> str:
-        for path in ("/health", "/metrics", f"/v1/collections/{COLLECTION}/documents", "/v1/incidents?limit=5"):
+        for path in ("/health", "/metrics", f"/v1/collections/{COLLECTION}/documents", "/v1/incidents?limit=5",
+                     f"/v1/collections/{COLLECTION}/conversations?limit=5"):
             self._expect(client.get(path), 200)
         return "ok"
 
@@ -394,6 +395,9 @@ class Load:
         ("POST", "/v1/collections/no-such-collection-here/search", {"query": "q"}, 404),
         ("POST", "/v1/errors", {"service": "soak", "message": " ", "stack_trace": ""}, 400),
         ("GET", "/v1/incidents/999999999", None, 404),
+        ("GET", f"/v1/collections/{COLLECTION}/conversations/never-asked", None, 404),
+        ("PATCH", f"/v1/collections/{COLLECTION}/conversations/never-asked", {"title": "t"}, 404),
+        ("DELETE", f"/v1/collections/{COLLECTION}/conversations/never-asked", None, 404),
     ]
 
     def _expected_error(self, client, rng) -> str:

@@ -473,6 +473,8 @@ def api(tmp_path_factory):
         response = client.post("/v1/collections/fz/documents", files=[("file", ("notes.md", note))])
         assert response.status_code == 202, response.text
         wait_done(client, "fz", timeout=120)
+        ask = {"question": "Who is the CEO of Zentara?", "conversation_id": "fz-chat"}
+        assert client.post("/v1/collections/fz/ask", json=ask).status_code == 200  # a conversation to rename
         yield client, app
 
 
@@ -517,7 +519,7 @@ NEAR_VALID = {
     "policy": st.one_of(st.none(), SHORT_TEXT,
                         st.sampled_from(["none", "replace", "guaranteed_slots", "rrf", "auto", "RRF"])),
     "explain": st.booleans(), "stream": st.one_of(st.none(), st.booleans()),
-    "conversation_id": st.one_of(st.none(), SHORT_TEXT,
+    "conversation_id": st.one_of(st.none(), SHORT_TEXT, st.just("fz-chat"),
                                  st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)),
     "model": st.one_of(st.none(), SHORT_TEXT),
     "documents": st.lists(st.one_of(SHORT_TEXT, st.fixed_dictionaries({"text": SHORT_TEXT}), st.just("")),
@@ -533,6 +535,7 @@ NEAR_VALID = {
     "encoding_format": st.sampled_from(["float", "base64", "int8", ""]),
     "dimensions": st.one_of(st.none(), st.just(64), st.integers(-3, 2000)),
     "user": st.one_of(st.none(), SHORT_TEXT),
+    "title": st.one_of(SHORT_TEXT, st.just(" "), st.just("t" * 201)),
 }
 
 
@@ -568,6 +571,7 @@ def test_api_request_bodies(tally, api):
         "POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings", "POST /v1/collections",
         "POST /v1/collections/{name}/documents",
         "POST /v1/collections/{name}/search", "POST /v1/collections/{name}/ask", "POST /v1/errors",
+        "PATCH /v1/collections/{name}/conversations/{conversation_id}",
     }, "a new route with a body: add it to the fuzzing"
     json_bodies = {path: schema for path, (media, schema) in routes.items() if media == "application/json"}
     for route, schema in json_bodies.items():
@@ -579,12 +583,14 @@ def test_api_request_bodies(tally, api):
 
     def check(case):
         route, body, collection, stream = case
-        _, path = route.split(" ", 1)
         headers = {"content-type": "application/json"}
         if stream:
             headers["accept"] = "text/event-stream"
         content = body.encode("utf-8", "surrogatepass")
-        response = client.post(path.replace("{name}", collection), content=content, headers=headers)
+        method, path = route.split(" ", 1)
+        # A conversation that exists (the fuzzed asks use it too), or one that does not.
+        path = path.replace("{name}", collection).replace("{conversation_id}", "fz-chat" if stream else "nope")
+        response = client.request(method, path, content=content, headers=headers)
         if response.status_code < 300:
             if response.headers.get("content-type", "").startswith("text/event-stream"):
                 assert "event: error" not in response.text or '"detail"' in response.text

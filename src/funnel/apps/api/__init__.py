@@ -4,6 +4,7 @@
 - `embeddings`: `POST /v1/embeddings` (OpenAI's shape), so other tools can share funnel's embedder.
 - `collections`: collections, document upload (background ingest), documents, chunks, search.
 - `ask`: answers with citations, JSON or server-sent events, with conversation memory.
+- `conversations`: a collection's conversations: list, read, rename, delete.
 - `metrics`: `GET /health`, `GET /metrics`.
 - triage (`funnel.apps.triage.routes`): `POST /v1/errors`, incidents.
 - the web page: `GET /` serves `static/index.html`, `/static/...` the files beside it.
@@ -26,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
 import funnel
-from funnel.apps.api import ask, collections, embeddings, metrics, rerank
+from funnel.apps.api import ask, collections, conversations, embeddings, metrics, rerank
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
 from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
@@ -84,7 +85,7 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
         raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
     state.watched = WatchedFolders(library, list(watch), ignore=[settings.serve.data_dir])
     state.metrics = open_metrics(db)
-    state.conversations = open_conversations(db)
+    state.conversations = open_conversations(db, settings.serve.data_dir)
     state.rewriter = QueryRewriter(chat)
     _add_routes(app)
     _add_middleware(app, settings)
@@ -142,7 +143,9 @@ def _add_routes(app: FastAPI) -> None:
     from funnel.apps.triage.routes import router as triage_router
 
     install_error_handlers(app)
-    for router in (metrics.router, rerank.router, embeddings.router, collections.router, ask.router, triage_router):
+    routers = (metrics.router, rerank.router, embeddings.router, collections.router, ask.router,
+               conversations.router, triage_router)
+    for router in routers:
         app.include_router(router)
     _serve_web_page(app)
 

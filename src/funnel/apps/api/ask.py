@@ -2,7 +2,15 @@
 
 Request: {question, k?, policy?, conversation_id?, stream?, documents?} (documents: only those, see
 `funnel.apps.api.scope`). The question is first rewritten with the
-conversation's history (see `conversations`), the rewrite is searched, and the generator answers it.
+conversation's history (see `funnel.apps.state.conversations`), the rewrite is searched, and the generator
+answers it. A conversation belongs to the collection it was asked in: an id the collection does not know
+starts a new conversation there under that id.
+
+When the conversation store is down (the service database unreachable, the SQLite file unwritable) the
+question is answered as asked, without the conversation's history, and the turn is not remembered: the
+answer is flagged `no_memory` and `memory_note` says why. A follow-up answered that way may answer a
+different question than the one meant, which the note tells the reader; the alternative, a 503, leaves
+them with no answer at all.
 
 Streaming (`stream: true`, or `Accept: text/event-stream` when `stream` is left out) sends:
 
@@ -31,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -41,9 +49,9 @@ from funnel.generate.context import with_continuations
 from funnel.apps.api.collections import collection as get_collection
 from funnel.apps.api.rewrite import QueryRewriter, new_conversation_id
 from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
-from funnel.apps.state.conversations import Conversations, Turn
+from funnel.apps.state.conversations import CitedPassage, Conversations, Turn
 from funnel.apps.state.metrics import STAGES
-from funnel.errors import FunnelError
+from funnel.errors import FunnelError, StoreError
 from funnel.generate.base import Generator
 from funnel.generate.abstain import Evidence, gated
 from funnel.generate.llm import AnswerStream, answer_stream
@@ -55,6 +63,9 @@ log = logging.getLogger("funnel.api")
 # servers that report a gone client only when writing, finds out).
 KEEPALIVE_S = 10.0
 router = APIRouter(prefix="/v1/collections", tags=["ask"])
+NO_MEMORY_NOTE = ("the conversation's memory is unavailable: answered as asked, without earlier turns, and "
+                  "not remembered")
+NOT_REMEMBERED_NOTE = "the conversation's memory is unavailable: this turn is not remembered"
 
 
 @dataclass(frozen=True)
@@ -63,15 +74,22 @@ class Prepared:
 
     question: str
     conversation_id: str
+    collection: str
     rewritten_by: str
     result: SearchResult
     timings_ms: dict[str, float]
     answerer: Generator  # the service's generator, or the abstainer when the evidence falls short
     evidence: Evidence | None  # None: abstention is off
+    memory_note: str = ""  # why the conversation's history could not be read
 
     def settled(self, answer: Answer) -> Answer:
         """The answer as it is sent: with its evidence, or an abstention when the LLM said it does not know."""
         return answer if self.evidence is None or answer.abstained else gated(answer, self.evidence)
+
+
+def _citations(answer: Answer) -> tuple[CitedPassage, ...]:
+    return tuple(CitedPassage(c.number, c.chunk_id, c.doc_id, c.path, c.title, c.location, c.text, c.page)
+                 for c in answer.citations)
 
 
 def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
@@ -82,7 +100,12 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     scope = coll.scope(body.documents)  # an unknown document: 404 before anything is remembered
     conversation_id = body.conversation_id or new_conversation_id()
     t0 = time.perf_counter()
-    search_query, how = rewriter.rewrite(body.question, conversations.history(conversation_id))
+    try:
+        history, memory_note = conversations.history(coll.name, conversation_id), ""
+    except StoreError as e:
+        log.warning("answering without conversation memory: %s", e)
+        history, memory_note = (), f"{NO_MEMORY_NOTE} ({e})"
+    search_query, how = rewriter.rewrite(body.question, history)
     rewrite_ms = 1000 * (time.perf_counter() - t0)
     # The answer's context, as `Pipeline.ask` builds it: a lead-in's list comes with it.
     result = coll.search(search_query, k=body.k, policy=body.policy, filter=scope)
@@ -91,7 +114,8 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     if how != "none":
         timings["rewrite"] = rewrite_ms
     answerer, evidence = coll.pipeline.answerer(result, state.generator)
-    return Prepared(body.question, conversation_id, how, result, timings, answerer, evidence)
+    return Prepared(body.question, conversation_id, coll.name, how, result, timings, answerer, evidence,
+                    memory_note)
 
 
 def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
@@ -99,12 +123,20 @@ def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: f
     answer = prepared.settled(answer)
     timings = {**prepared.timings_ms, "generate": generate_ms}
     state.metrics.observe({k: v for k, v in timings.items() if k in STAGES})
-    if "interrupted" not in answer.flags:
-        turn = Turn(prepared.question, prepared.result.query, answer.text)
-        state.conversations.add(prepared.conversation_id, turn)
-    return AskResponse.of(
+    note = prepared.memory_note
+    if "interrupted" not in answer.flags and not note:
+        turn = Turn(prepared.question, prepared.result.query, answer.text, _citations(answer))
+        try:
+            state.conversations.add(prepared.collection, prepared.conversation_id, turn)
+        except StoreError as e:
+            log.warning("the answer is not remembered: %s", e)
+            note = f"{NOT_REMEMBERED_NOTE} ({e})"
+    if note:
+        answer = replace(answer, flags=(*answer.flags, "no_memory"))
+    response = AskResponse.of(
         prepared.question, answer, prepared.result, prepared.conversation_id, prepared.rewritten_by, timings
     )
+    return response.model_copy(update={"memory_note": note}) if note else response
 
 
 def _wants_stream(request: Request, body: AskRequest) -> bool:
@@ -150,6 +182,7 @@ def _meta(prepared: Prepared) -> dict:
         "policy": result.policy,
         "sources": [SourceOut.of(d).model_dump() for d in result.documents],
         "timings_ms": {k: round(v, 3) for k, v in prepared.timings_ms.items()},
+        **({"memory_note": prepared.memory_note} if prepared.memory_note else {}),
     }
 
 
@@ -172,7 +205,7 @@ async def _events(request: Request, prepared: Prepared, stream: AnswerStream) ->
                 ms = 1000 * (time.perf_counter() - started)
                 try:
                     response = await run_in_threadpool(_finish, request, prepared, payload, ms)
-                except FunnelError as e:  # the turn could not be remembered (the database is down)
+                except FunnelError as e:  # a store that is down is a note in the answer; anything else ends here
                     yield sse("error", {"detail": str(e)})
                     return
                 yield sse("done", response.model_dump())

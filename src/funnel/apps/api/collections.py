@@ -2,7 +2,8 @@
 
     POST   /v1/collections                             {name} -> 201 collection
     GET    /v1/collections                             -> [collection]  (`default` always listed)
-    DELETE /v1/collections/{name}                      -> 204 (its running ingest cancelled, not waited for)
+    DELETE /v1/collections/{name}                      -> 204 (its running ingest cancelled, not waited for;
+                                                           its conversations forgotten)
     POST   /v1/collections/{name}/documents            multipart, field `file` (one or more) -> 202 [document]
     GET    /v1/collections/{name}/documents            -> [document]
     GET    /v1/collections/{name}/documents/{id}       -> document
@@ -21,6 +22,7 @@ Routes are plain `def`: FastAPI runs them in its threadpool (file I/O, the store
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 from urllib.parse import quote
 
@@ -37,6 +39,9 @@ from funnel.apps.api.schemas import (
     SearchResponse,
 )
 from funnel.apps.api.uploads import BY_SUFFIX, MEDIA_TYPES, Upload
+from funnel.errors import StoreError
+
+log = logging.getLogger("funnel.api")
 
 
 def library(request: Request) -> Library:
@@ -63,8 +68,12 @@ def list_collections(lib: LibraryDep) -> list[CollectionOut]:
 
 
 @router.delete("/{name}", status_code=204)
-def delete_collection(name: str, lib: LibraryDep) -> Response:
+def delete_collection(name: str, lib: LibraryDep, request: Request) -> Response:
     lib.delete(name)
+    try:  # a collection made again under the name starts without them
+        request.app.state.conversations.forget_collection(name)
+    except StoreError as e:
+        log.warning("the conversations of deleted collection %r stay: %s", name, e)
     return Response(status_code=204)
 
 

@@ -247,12 +247,13 @@ class AskResponse(BaseModel):
     citations: list[CitationOut]
     generator: str = Field(description="which backend answered")
     fallback_reason: str = Field(description="why the LLM did not answer, when the fallback did")
-    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted | abstained")
+    flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted | abstained | no_memory")
     abstained: bool = Field(False, description="the documents do not support an answer: `answer` says so and "
                                                "`citations` are the closest passages, not an answer")
     evidence: float | None = Field(None, description="the evidence measured for an answer (0-1), held to the "
                                                      "index's abstention threshold; null when abstention is off")
     conversation_id: str
+    memory_note: str = Field("", description="with no_memory: why the conversation's memory was not used")
     rerank_status: str
     rerank_reason: str
     sources: list[SourceOut]

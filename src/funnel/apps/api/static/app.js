@@ -3,6 +3,7 @@
 // as text (the `h` helper, textContent), never through innerHTML.
 import { api, apiJson, apiKey, describeDetail, setApiKey, sseEvents, whenUnauthorised } from "./api.js";
 import { formatBytes, formatTime, h, where } from "./dom.js";
+import { initChats } from "./chats.js";
 
 const POLL_MS = [700, 1000, 1500, 2500];  // back off while documents stay queued/ingesting
 const FLAG_HELP = {
@@ -10,6 +11,7 @@ const FLAG_HELP = {
   unknown_citation: "the answer cites a number no passage has",
   no_context: "no passage matched the question",
   interrupted: "the answer stream broke before the end",
+  no_memory: "the conversation's memory was unavailable: answered without earlier questions, not remembered",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -149,6 +151,23 @@ async function ask(question) {
     else fail(`Error: ${e.message}`);
   } finally {
     setAsking(null);
+  }
+}
+
+let chats = { refresh() {} };  // past chats (chats.js), once the page has started
+
+function reopenConversation(id, turns) {
+  // A past chat from the server: its turns as asked and answered; the next question continues it.
+  newConversation();
+  state.conversationId = id;
+  for (const t of turns) {
+    const answer = h("div", { class: "answer", "aria-label": "answer" });
+    const sources = h("ol", { class: "sources small", hidden: true, "aria-label": "sources" });
+    renderAnswerText(answer, t.answer || "", t.citations);
+    renderSources(sources, t.citations || []);
+    $("conversation").append(h("article", { class: "turn reopened" },
+      h("p", { class: "question" }, h("span", { class: "visually-hidden" }, "Question: "), t.question),
+      answer, sources));
   }
 }
 
@@ -360,6 +379,7 @@ function selectCollection(name) {
   newConversation();  // a conversation belongs to one collection
   state.pollStep = 0;
   loadDocuments();
+  chats.refresh();
 }
 
 // --- incidents ------------------------------------------------------------------------------------------
@@ -411,6 +431,7 @@ function refreshAll() {
   loadCollections();
   loadDocuments();
   loadIncidents();
+  chats.refresh();
 }
 
 function start() {
@@ -437,7 +458,7 @@ function start() {
     const question = $("question").value.trim();
     if (!question || state.asking) return;
     $("question").value = "";
-    ask(question);
+    ask(question).then(() => chats.refresh());  // the chat is new, or updated: first in the list
   });
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -469,6 +490,9 @@ function start() {
   window.addEventListener("drop", (e) => e.preventDefault());
 
   $("incidents-refresh").addEventListener("click", loadIncidents);
+  chats = initChats({
+    url: colUrl, current: () => state.conversationId, reopen: reopenConversation, forget: newConversation,
+  });
 
   loadHealth();
   refreshAll();
