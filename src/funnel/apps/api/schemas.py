@@ -238,6 +238,8 @@ class AskResponse(BaseModel):
     generator: str = Field(description="which backend answered")
     fallback_reason: str = Field(description="why the LLM did not answer, when the fallback did")
     flags: list[str] = Field(description="uncited | unknown_citation | no_context | interrupted")
+    abstained: bool = Field(False, description="the documents do not answer: `answer` says so and `citations` "
+                                               "are the closest passages, not an answer")
     conversation_id: str
     rerank_status: str
     rerank_reason: str
@@ -258,6 +260,7 @@ class AskResponse(BaseModel):
             generator=answer.generator,
             fallback_reason=answer.fallback_reason,
             flags=list(answer.flags),
+            abstained=getattr(answer, "abstained", False),  # until Answer carries it (issue 33, part 1)
             conversation_id=conversation_id,
             rerank_status=result.rerank_status.value,
             rerank_reason=result.rerank_reason,
