@@ -49,6 +49,10 @@ if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
 
 @pytest.fixture(scope="module")
 def browser():
+    yield from launch_browser()
+
+
+def launch_browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
@@ -79,6 +83,10 @@ def base_url(tmp_path):
 
 @pytest.fixture
 def page(browser):
+    yield from fresh_page(browser)
+
+
+def fresh_page(browser):
     """A fresh page; a test fails if the page threw, or fetched anything from anywhere but the server."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()

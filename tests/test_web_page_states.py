@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 from helpers import serving
-from test_web_page import (  # noqa: F401 (fixtures)
-    TIMEOUT_MS, browser, failed_responses, page, screenshot, settings,
-)
+from test_web_page import TIMEOUT_MS, failed_responses, fresh_page, launch_browser, screenshot, settings
 
 from funnel.types import Answer
 
@@ -22,6 +20,16 @@ expect = pytest.importorskip("playwright.sync_api").expect
 expect.set_options(timeout=TIMEOUT_MS)  # the machine may be busy: an ingest or a calibration takes a while
 
 CLI_WORDS = "funnel calibrate"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from launch_browser()
+
+
+@pytest.fixture
+def page(browser):
+    yield from fresh_page(browser)
 
 
 @dataclass(frozen=True)
