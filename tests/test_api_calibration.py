@@ -88,6 +88,9 @@ def test_the_shell_advice_becomes_what_the_service_does():
     assert for_the_service(reason, calibrating=False) == (
         "the index is not calibrated; it calibrates after the next upload, or on Calibrate")
     assert for_the_service("calibration: first stage wins", False) == "calibration: first stage wins"
+    judged = ("only 3 of 30 judged queries name a document in this index: check their ids, or calibrate with "
+              "queries made from the documents (`funnel calibrate --generated`)")
+    assert for_the_service(judged, False) == judged.removesuffix(" (`funnel calibrate --generated`)")
 
 
 def test_health_says_which_features_are_on(tmp_path):

@@ -15,6 +15,7 @@ from funnel.errors import FunnelError
 from funnel.rerank.base import Reranker
 
 CLI_HINT = re.compile(r"[;,:]?\s*run `funnel calibrate`")
+CLI_ASIDE = re.compile(r"\s*\(`funnel calibrate[^`]*`\)")  # "(`funnel calibrate --generated`)"
 NOT_YET = "not calibrated yet"
 
 
@@ -65,7 +66,7 @@ def for_the_service(reason: str, calibrating: bool) -> str:
     if "funnel calibrate" not in reason:
         return reason
     instead = "calibrating now" if calibrating else "it calibrates after the next upload, or on Calibrate"
-    return CLI_HINT.sub(f"; {instead}", reason)
+    return CLI_ASIDE.sub("", CLI_HINT.sub(f"; {instead}", reason))
 
 
 def page_status(store, reranker: Reranker | None, calibrating: bool, changing: bool, error: str | None) -> dict:
@@ -73,6 +74,7 @@ def page_status(store, reranker: Reranker | None, calibrating: bool, changing: b
     empty), a `message` for a person, and the summary's fields (option, reason, created...). `changing`:
     uploads or deletes are queued or running, and the last of them queues a calibration if one is needed."""
     summary = calibration_summary(store, reranker)
+    error = for_the_service(error, False) if error else None
     info = store.info()
     data = stored(store)
     if calibrating:
