@@ -113,7 +113,18 @@ def test_load_and_calibration_make_no_failed_request_and_no_cli_advice(tmp_path,
         page.press("#question", "Enter")
         expect(page.locator(".turn .info").last).to_contain_text("answered by", timeout=TIMEOUT_MS)
         assert CLI_WORDS not in page.locator("body").inner_text()
-        # One 4xx is expected and shown: the broken PDF's upload is accepted (202), it fails in the list.
+        page.locator(".turn .answer button.cite").first.click()  # the cited passage and its whole chunk
+        expect(page.locator("#passage")).to_contain_text("anvil")
+        page.keyboard.press("Escape")
+
+        page.once("dialog", lambda dialog: dialog.accept("second"))  # a new, empty collection
+        page.click("#collection-new")
+        expect(page.locator("#docs-collection")).to_have_text("second")
+        expect(page.locator("#calibration-status")).to_have_text("calibrates after the first upload")
+        page.select_option("#collection", "default")
+        wait_calibrated(page)
+        page.wait_for_load_state("networkidle")
+        # The broken PDF's upload is accepted (202) and fails in the list, not as a request.
         assert failed == [], "a request the page made in normal use failed"
 
 
