@@ -1,6 +1,7 @@
 // The collection's calibration (which ranking suits its documents): a line saying where it stands and a
 // Calibrate button. The server calibrates by itself after each batch of uploads; the button queues one now.
 import { apiJson } from "./api.js";
+import { formatTime } from "./dom.js";
 
 const POLL_MS = 1500;
 const $ = (id) => document.getElementById(id);
@@ -11,7 +12,8 @@ let shown = "";  // the collection whose status is on the page
 function show(status, url) {
   if (url !== collectionUrl()) return;  // another collection was chosen meanwhile
   const line = $("calibration-status");
-  line.textContent = status.message || "";
+  const when = status.state === "calibrated" && status.created ? ` · ${formatTime(status.created)}` : "";
+  line.textContent = (status.message || "") + when;
   line.dataset.state = status.state || "";
   const busy = status.state === "calibrating";
   $("calibrate").disabled = busy || status.state === "empty";
