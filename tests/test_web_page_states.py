@@ -7,7 +7,7 @@ The browser, the page fixture and the screenshot check are test_web_page's (it s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 from helpers import serving
@@ -20,6 +20,9 @@ expect = pytest.importorskip("playwright.sync_api").expect
 expect.set_options(timeout=TIMEOUT_MS)  # the machine may be busy: an ingest or a calibration takes a while
 
 CLI_WORDS = "funnel calibrate"
+# With the abstention gate (issue 33, part 1) the server abstains by itself on a question its one document cannot
+# answer; before it lands, its generator is wrapped to abstain (`Abstaining`), so the page is tested either way.
+GATE = "abstained" in {f.name for f in fields(Answer)}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +150,7 @@ def test_the_calibrate_button_says_calibrating_while_it_runs(tmp_path, page):
 
 def test_an_abstention_reads_not_in_your_documents_with_the_closest_passages(tmp_path, page):
     failed = failed_responses(page)
-    with serve(tmp_path, generator=Abstaining) as url:
+    with serve(tmp_path, generator=None if GATE else Abstaining) as url:
         page.goto(url + "/")
         upload_and_wait(page, tmp_path, {"office.txt": "The Tallinn office opens at nine on weekdays."})
         page.fill("#question", "Who leads Project Heron and what is its budget?")
