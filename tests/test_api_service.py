@@ -116,6 +116,7 @@ def test_health_reports_the_configuration(tmp_path):
         "status": "ok", "version": health["version"], "reranker": "lexical", "llm": "ollama:llama3.2",
         "generator": "ollama:llama3.2 (fallback: extractive)", "embedder": "hashing", "collections": 1,
         "auth": False, "calibration": {}, "watched": {},  # no --watch folders
+        "features": {"triage": False, "watch": False},
         "database": None, "search_database": None,  # embedded state
     }
 

@@ -7,6 +7,7 @@ is never used, since it cannot run on machines without internet.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -31,6 +32,8 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 60_000  # generous: the CI machine may be busy with other tests
+# Where the page's screenshots go besides each test's tmp_path: bench/page_screens.py sets it to keep them.
+SCREENSHOTS_ENV = "FUNNEL_SCREENSHOTS"
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +49,10 @@ if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
 
 @pytest.fixture(scope="module")
 def browser():
+    yield from launch_browser()
+
+
+def launch_browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
@@ -76,6 +83,10 @@ def base_url(tmp_path):
 
 @pytest.fixture
 def page(browser):
+    yield from fresh_page(browser)
+
+
+def fresh_page(browser):
     """A fresh page; a test fails if the page threw, or fetched anything from anywhere but the server."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
@@ -95,7 +106,33 @@ def page(browser):
     assert not elsewhere, f"the page fetched from outside the server (no CDN, no fonts): {elsewhere}"
 
 
+def failed_responses(page) -> list[str]:
+    """Every response of the page that answers 400 or more, as "STATUS METHOD URL", from now on."""
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
+    return failed
+
+
+def screenshot(page, tmp_path: Path, name: str) -> Path:
+    """The whole page as NAME.png in tmp_path (and in $FUNNEL_SCREENSHOTS when set), checked to be a real
+    picture of the page: the viewport's width, and more than a blank background."""
+    from PIL import Image
+
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    with Image.open(path) as image:
+        assert image.width == page.viewport_size["width"] and image.height >= 300, image.size
+        colours = image.convert("L").resize((64, 64)).getcolors(64 * 64)
+        assert colours is not None and len(colours) > 8, f"{name}.png is blank"
+    if os.environ.get(SCREENSHOTS_ENV):
+        keep = Path(os.environ[SCREENSHOTS_ENV])
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, keep / path.name)
+    return path
+
+
 def test_upload_ask_and_open_a_citation(base_url, page, tmp_path):
+    failed = failed_responses(page)
     page.goto(base_url + "/")
     expect(page.locator("#health")).to_contain_text("funnel")
 
@@ -121,7 +158,7 @@ def test_upload_ask_and_open_a_citation(base_url, page, tmp_path):
     expect(link).to_have_attribute("href", re.compile(r"/documents/[^/]+/file#page=\d+$"))
     expect(page.locator("#passage-heading")).to_be_focused()  # keyboard users land in the panel
 
-    page.screenshot(path=str(tmp_path / "answer-with-citation.png"), full_page=True)
+    screenshot(page, tmp_path, "answer-with-citations")
 
     page.keyboard.press("Escape")  # closes the panel and returns focus to the citation
     expect(passage).to_be_hidden()
@@ -142,6 +179,7 @@ def test_upload_ask_and_open_a_citation(base_url, page, tmp_path):
         page.press("#question", "Enter")
     assert "conversation_id" not in fresh.value.post_data_json
     expect(page.locator(".turn .answer").last).to_contain_text("Iris Kallas", timeout=TIMEOUT_MS)
+    assert failed == [], "a request the page made in normal use failed"
 
 
 def test_a_server_error_reads_as_a_message_and_server_text_stays_text(base_url, page, tmp_path):
@@ -160,7 +198,7 @@ def test_a_server_error_reads_as_a_message_and_server_text_stays_text(base_url, 
     assert page.locator(".turn img").count() == 0
     assert page.evaluate("window.__injected") is None
     expect(page.locator("#ask")).to_be_enabled()  # the page is usable again
-    page.screenshot(path=str(tmp_path / "error.png"), full_page=True)
+    screenshot(page, tmp_path, "error")
 
 
 def test_incidents_panel_lists_incidents_as_text(tmp_path, page):
@@ -196,10 +234,14 @@ def test_incidents_panel_lists_incidents_as_text(tmp_path, page):
 
 
 def test_incidents_panel_is_hidden_without_triage(base_url, page):
+    """Without a triage repository the page never asks for incidents (it would get a 503 on every load)."""
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/v1/incidents" in r.url else None)
     page.goto(base_url + "/")
     expect(page.locator("#documents-empty")).to_be_visible()
     page.wait_for_load_state("networkidle")
     expect(page.locator("#incidents-section")).to_be_hidden()
+    assert asked == []
 
 
 def test_api_key_is_asked_for_and_kept(tmp_path, page):

@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from funnel.apps.api.calibration import for_the_service, needs_calibration, page_status
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.scope import document_scope
 from funnel.apps.api.uploads import Upload, check
@@ -70,30 +71,6 @@ class Services:
 
 
 
-def calibration_summary(store, reranker: Reranker | None) -> dict:
-    """What `auto` does on an index with this reranker and why, from the stored calibration only (no model is
-    loaded, so /health stays cheap)."""
-    from funnel.calibrate import Calibration
-
-    try:
-        data = store.read_calibration()
-        c = Calibration.from_json(data) if data is not None else None
-    except FunnelError as e:
-        return {"option": "first_stage", "reason": str(e)}
-    if c is None:
-        reason = "no reranker configured" if reranker is None else "not calibrated yet"
-        return {"option": "first_stage", "reason": reason}
-    first = {"first_stage": c.first_stage, "first_stage_reason": c.first_stage_reason,
-             "languages": c.languages}
-    if reranker is None:
-        return {"option": "first_stage", "reason": "no reranker configured", **first}
-    mismatch = c.mismatch(reranker.name, c.embedder)  # the embedder is not loaded here: only the reranker is checked
-    if mismatch:
-        return {"option": "first_stage", "reason": mismatch, **first}
-    return {"option": c.option, "reason": c.reason, "created": c.created, "queries": c.queries,
-            "source": c.source, **first}
-
-
 class _CutShort(Exception):
     """A calibration given up for a newer job or a shutdown; the previous calibration stays."""
 
@@ -113,6 +90,7 @@ class Collection:
         self._pipeline_lock = threading.Lock()
         self._names_lock = threading.Lock()  # upload names are claimed one request at a time
         self._closed = False
+        self._calibration_error: str | None = None  # why this process's last calibration failed
         self._recover()
 
     def _recover(self) -> None:
@@ -214,12 +192,17 @@ class Collection:
             more = f"; {waiting} upload(s) still being ingested" if waiting else ": upload documents first"
             raise Conflict(f"collection {self.name!r} has no indexed documents yet{more}")
         if self._replica is None:
-            return self._without_deleted(self.pipeline.search(query, k=k, policy=policy, filter=filter))
+            return self._for_the_service(self.pipeline.search(query, k=k, policy=policy, filter=filter))
         result, why = self._replica.search(
             lambda store: self._pipeline_on(store).search(query, k=k, policy=policy, filter=filter), info.version)
         if result is None:
             result = on_primary(self.pipeline.search(query, k=k, policy=policy, filter=filter), why)
-        return self._without_deleted(result)
+        return self._for_the_service(result)
+
+    def _for_the_service(self, result: SearchResult) -> SearchResult:
+        result = self._without_deleted(result)
+        reason = for_the_service(result.rerank_reason, self.calibrating)
+        return result if reason == result.rerank_reason else replace(result, rerank_reason=reason)
 
     def _without_deleted(self, result: SearchResult) -> SearchResult:
         """The result without documents deleted whose chunks still wait to leave the index."""
@@ -286,9 +269,35 @@ class Collection:
         doc_id = job.payload.get("doc", "") if isinstance(job.payload, dict) else None
         if not isinstance(doc_id, str) or job.kind not in (INGEST, DROP, CALIBRATE):
             raise Permanent(f"a {job.kind} job whose payload cannot be read: {str(job.payload)[:200]}")
-        changed = {INGEST: self._ingest, DROP: self._drop_chunks, CALIBRATE: self._calibrate}[job.kind](doc_id, lease)
-        if changed and self.pending <= 1:  # the last job of the lane: measure the reranker on the new index
+        {INGEST: self._ingest, DROP: self._drop_chunks, CALIBRATE: self._calibrate}[job.kind](doc_id, lease)
+        if job.kind != CALIBRATE:
+            self.calibrate_after_changes()
+
+    def calibrate_after_changes(self) -> None:
+        """After the lane's last change, measure the reranker on the index as it now is when no calibration
+        measured it: whatever that last job did (a batch whose last file failed changed the index too)."""
+        if self.pending <= 1 and needs_calibration(self.store):
             self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
+
+    @property
+    def calibrating(self) -> bool:
+        """A calibration is queued or running on this collection, in any process."""
+        return self._queue.jobs.busy(self.name, (CALIBRATE,)) > 0
+
+    def calibrate(self) -> dict:
+        """Queue a calibration (the page's Calibrate button) unless one is queued or running; its status."""
+        info = self.store.info()
+        if info is None or info.chunks == 0:
+            raise Conflict(f"collection {self.name!r} has nothing to calibrate yet: upload documents first")
+        if not self.calibrating:
+            self._calibration_error = None
+            self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
+        return self.calibration_status()
+
+    def calibration_status(self) -> dict:
+        """The calibration as the page shows it (`page_status`)."""
+        return page_status(self.store, self._services.reranker, self.calibrating, self.pending > 0,
+                           self._calibration_error)
 
     def _calibrate(self, _: str, lease: Lease) -> bool:
         """Measure the reranker on the collection as it now is (`auto` uses it). A failure keeps the previous
@@ -304,17 +313,15 @@ class Collection:
 
         try:
             result = self.pipeline.calibrate(progress=keep_going)
+            self._calibration_error = None
             log.info("collection %s calibrated: %s (%s)", self.name, result.option, result.reason)
         except _CutShort:
             log.info("calibrating collection %s was cut short by a newer job or a shutdown", self.name)
-        except Exception:
+        except Exception as e:
+            self._calibration_error = one_line(str(e) or type(e).__name__)
             log.warning("calibrating collection %s failed; the previous calibration is kept", self.name,
                         exc_info=True)
         return False
-
-    def calibration(self) -> dict:
-        """What `auto` does on this collection and why, for /health."""
-        return calibration_summary(self.store, self._services.reranker)
 
     def _ingest(self, doc_id: str, lease: Lease) -> bool:
         if self.registry.get(doc_id) is None:

@@ -13,6 +13,10 @@
     GET    /v1/collections/{name}/chunks/{chunk_id}    -> the passage a citation names (`#` sent as %23)
     POST   /v1/collections/{name}/search               {query, k?, policy?, explain?, documents?} -> results,
                                                            explained (documents: see `scope`)
+    GET    /v1/collections/{name}/calibration          -> {state, message, option, reason, created?, error?}
+    POST   /v1/collections/{name}/calibrate            -> 202 the same (queued; 409 with nothing indexed)
+
+A collection calibrates by itself after each batch of changes; `calibrate` is the page's Calibrate button.
 
 A watched folder's documents (`funnel serve --watch`) are named by their paths: document and chunk ids may
 hold '/' (sent as %2F or as is). Such a collection refuses uploads and deletes (409).
@@ -123,6 +127,20 @@ def search(body: SearchRequest, coll: CollectionDep, request: Request) -> Search
     result = coll.search(body.query, k=body.k, policy=body.policy, filter=coll.scope(body.documents))
     request.app.state.metrics.observe(result.timings_ms)
     return SearchResponse.of(result, explain=body.explain)
+
+
+@router.get("/{name}/calibration")
+def calibration(coll: CollectionDep) -> dict:
+    """What `auto` does on this collection and why, whether a calibration is queued or running, and a line
+    for a person (`state`: calibrating, calibrated, changed, not_calibrated, empty)."""
+    return coll.calibration_status()
+
+
+@router.post("/{name}/calibrate", status_code=202)
+def calibrate(coll: CollectionDep) -> dict:
+    """Queue a calibration of the collection as it now is (none is added while one is queued or running);
+    poll `calibration` for its end."""
+    return coll.calibrate()
 
 
 def _size(upload: UploadFile) -> int:

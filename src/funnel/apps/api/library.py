@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from funnel.apps.api.calibration import calibration_summary
 from funnel.apps.api.collection import (
-    CALIBRATE, CHANGES, DROP, DROP_WAIT_S, INGEST, SYNC, Collection, Services, calibration_summary, one_line,
+    CALIBRATE, CHANGES, DROP, DROP_WAIT_S, INGEST, SYNC, Collection, Services, one_line,
 )
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.watched import WatchedCollection

@@ -33,6 +33,8 @@ def health(request: Request) -> dict:
         "search_database": _label(state.settings.database.search_url),
         # Folders kept in sync (`funnel serve --watch`): when each last synced, what changed, the last error.
         "watched": state.watched.statuses(),
+        # What this server serves beyond search and ask, so the web page calls only what is there.
+        "features": {"triage": state.triage_queue is not None, "watch": bool(state.watched.specs)},
     }
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from funnel.apps.api.collection import CALIBRATE, SYNC, Collection, Services, one_line
+from funnel.apps.api.collection import SYNC, Collection, Services, one_line
 from funnel.apps.api.errors import Conflict
 from funnel.apps.api.uploads import MEDIA_TYPES, Upload
 from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
@@ -126,13 +126,13 @@ class WatchedCollection(Collection):
         if job.kind != SYNC:
             return super().run(job, lease)
         try:
-            changed = self._sync_now(lease)
+            self._sync_now(lease)
         except Cancelled:
             return
         except Exception as e:
+            self.calibrate_after_changes()  # what it committed before it failed is measured too
             raise Permanent(one_line(str(e))) from e
-        if changed and self.pending <= 1:
-            self._queue.put(CALIBRATE, self.name, f"{self.name}:calibrate", unique=True)
+        self.calibrate_after_changes()
 
     def _sync_now(self, lease: Lease) -> bool:
         def cancelled(*_) -> None:

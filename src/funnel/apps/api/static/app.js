@@ -4,6 +4,9 @@
 import { api, apiJson, apiKey, describeDetail, setApiKey, sseEvents, whenUnauthorised } from "./api.js";
 import { formatBytes, formatTime, h, where } from "./dom.js";
 import { initChats } from "./chats.js";
+import { markAbstention } from "./abstain.js";
+import { refreshCalibration, startCalibration } from "./calibration.js";
+import { chosenDocuments, clearChoice, keepListed, pickCell, startPicker } from "./picker.js";
 
 const POLL_MS = [700, 1000, 1500, 2500];  // back off while documents stay queued/ingesting
 const FLAG_HELP = {
@@ -12,6 +15,7 @@ const FLAG_HELP = {
   no_context: "no passage matched the question",
   interrupted: "the answer stream broke before the end",
   no_memory: "the conversation's memory was unavailable: answered without earlier questions, not remembered",
+  abstained: "the documents do not support an answer: the passages listed are the closest ones",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -23,6 +27,7 @@ const state = {
   pollTimer: null,
   pollStep: 0,
   lastFocus: null,     // the citation button that opened the passage panel
+  features: {},        // what this server serves beyond search and ask (/health): triage
 };
 
 function colUrl(path = "") {
@@ -118,6 +123,8 @@ async function ask(question) {
   try {
     const body = { question, stream: true };
     if (state.conversationId) body.conversation_id = state.conversationId;
+    const only = chosenDocuments();
+    if (only.length) body.documents = only;
     const response = await api(colUrl("/ask"), {
       method: "POST",
       headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
@@ -136,8 +143,9 @@ async function ask(question) {
       } else if (event === "done") {
         if (payload.conversation_id) state.conversationId = payload.conversation_id;
         text = payload.answer ?? text;
-        renderAnswerText(answer, text, payload.citations);
         renderSources(sources, payload.citations || []);
+        if (payload.abstained) markAbstention(turn, answer, sources, text);
+        else renderAnswerText(answer, text, payload.citations);
         renderInfo(info, payload);
         status.remove();
         finished = true;
@@ -284,7 +292,9 @@ function statusCell(doc) {
 
 function renderDocuments(docs) {
   const body = $("documents").querySelector("tbody");
+  keepListed(docs);
   body.replaceChildren(...docs.map((doc) => h("tr", { "data-id": doc.id },
+    pickCell(doc),
     h("td", {}, fileLink(doc.id, null, doc.filename || doc.id)),
     statusCell(doc),
     h("td", { class: "num" }, doc.chunks ?? ""),
@@ -321,6 +331,7 @@ async function loadDocuments() {
   } else {
     if (state.pollStep > 0) loadCollections();  // counts changed
     state.pollStep = 0;
+    refreshCalibration();  // the server calibrates after a batch of uploads
   }
 }
 
@@ -377,6 +388,7 @@ function selectCollection(name) {
   $("docs-collection").textContent = name;
   $("upload-status").textContent = "";
   newConversation();  // a conversation belongs to one collection
+  clearChoice();  // so does a choice of documents
   state.pollStep = 0;
   loadDocuments();
   chats.refresh();
@@ -415,6 +427,7 @@ async function loadIncidents() {
 async function loadHealth() {
   try {
     const health = await apiJson("/health");
+    state.features = health.features || {};
     const parts = [`funnel ${health.version ?? ""}`.trim(), `status ${health.status ?? "?"}`,
       `reranker ${health.reranker ?? "none"}`];
     if (health.generator) parts.push(`generator ${health.generator}`);
@@ -430,7 +443,8 @@ function refreshAll() {
   notice("");
   loadCollections();
   loadDocuments();
-  loadIncidents();
+  // Only what this server serves: without a triage repository /v1/incidents answers 503.
+  if (state.features.triage) loadIncidents(); else $("incidents-section").hidden = true;
   chats.refresh();
 }
 
@@ -493,9 +507,10 @@ function start() {
   chats = initChats({
     url: colUrl, current: () => state.conversationId, reopen: reopenConversation, forget: newConversation,
   });
+  startCalibration(() => colUrl());
+  startPicker();
 
-  loadHealth();
-  refreshAll();
+  loadHealth().then(refreshAll);  // the features it reports decide what the page asks for
 }
 
 start();  // a module runs after the document is parsed
