@@ -113,8 +113,9 @@ def measure(question: str, result: SearchResult, store: Store | None = None, thr
     terms = _content_terms(question)
     passages = _passages(result)
     if not terms or not passages:
-        # No passage: nothing supports an answer. No content term ("?", "what is it"): nothing to check.
-        return Evidence(0.0 if not passages else 1.0, 0.0, 0.0, None, False, 0.0, len(terms), threshold)
+        # No passage: nothing supports an answer. No content term ("?", "why?"): the question names nothing a
+        # passage could support, so no passage does.
+        return Evidence(0.0, 0.0, 0.0, None, False, 0.0, len(terms), threshold)
     pool = [question_terms(h.chunk.text) for h in result.hits] or [question_terms(h.chunk.text) for h in passages]
     weights = _weights(terms, pool)
     total = sum(weights.values()) or 1.0
