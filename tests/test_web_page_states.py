@@ -7,22 +7,16 @@ The browser, the page fixture and the screenshot check are test_web_page's (it s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
 
 import pytest
 from helpers import serving
 from test_web_page import TIMEOUT_MS, failed_responses, fresh_page, launch_browser, screenshot, settings
-
-from funnel.types import Answer
 
 pytestmark = pytest.mark.slow
 expect = pytest.importorskip("playwright.sync_api").expect
 expect.set_options(timeout=TIMEOUT_MS)  # the machine may be busy: an ingest or a calibration takes a while
 
 CLI_WORDS = "funnel calibrate"
-# With the abstention gate (issue 33, part 1) the server abstains by itself on a question its one document cannot
-# answer; before it lands, its generator is wrapped to abstain (`Abstaining`), so the page is tested either way.
-GATE = "abstained" in {f.name for f in fields(Answer)}
 
 
 @pytest.fixture(scope="module")
@@ -35,35 +29,10 @@ def page(browser):
     yield from fresh_page(browser)
 
 
-@dataclass(frozen=True)
-class AbstainedAnswer(Answer):
-    """The answer funnel gives when the documents do not answer (whatever Answer's own field defaults to)."""
-
-    abstained: bool = True
-
-
-class Abstaining:
-    """The server's generator, abstaining on every question: its text says so, its citations are the
-    passages it found (the closest ones)."""
-
-    name = "extractive"
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def answer(self, question, result):
-        found = self.inner.answer(question, result)
-        return AbstainedAnswer(question, "The documents do not answer this question.", found.citations,
-                               found.generator, found.search)
-
-
-def serve(tmp_path, generator=None, **overrides):
+def serve(tmp_path, **overrides):
     from funnel.apps.api import create_app
 
-    app = create_app(settings(tmp_path, **overrides))
-    if generator is not None:
-        app.state.generator = generator(app.state.generator)
-    return serving(app)
+    return serving(create_app(settings(tmp_path, **overrides)))
 
 
 def upload_and_wait(page, tmp_path, files: dict[str, str]) -> None:
@@ -150,7 +119,7 @@ def test_the_calibrate_button_says_calibrating_while_it_runs(tmp_path, page):
 
 def test_an_abstention_reads_not_in_your_documents_with_the_closest_passages(tmp_path, page):
     failed = failed_responses(page)
-    with serve(tmp_path, generator=None if GATE else Abstaining) as url:
+    with serve(tmp_path) as url:  # the real gate: nothing in the one document is about Project Heron
         page.goto(url + "/")
         upload_and_wait(page, tmp_path, {"office.txt": "The Tallinn office opens at nine on weekdays."})
         page.fill("#question", "Who leads Project Heron and what is its budget?")
@@ -171,8 +140,6 @@ def test_an_abstention_reads_not_in_your_documents_with_the_closest_passages(tmp
 
 
 def test_ask_only_the_ticked_documents(tmp_path, page):
-    from funnel.apps.api.schemas import AskRequest
-
     with serve(tmp_path) as url:
         page.goto(url + "/")
         upload_and_wait(page, tmp_path, {
@@ -189,8 +156,7 @@ def test_ask_only_the_ticked_documents(tmp_path, page):
         assert asked.value.post_data_json["documents"] == [riga_id]
         sources = page.locator(".turn .sources").last
         expect(sources.locator("li").first).to_be_visible(timeout=TIMEOUT_MS)
-        if "documents" in AskRequest.model_fields:  # the filter the API takes (issue 33, part 4)
-            expect(sources).not_to_contain_text("tallinn.txt")
+        expect(sources).not_to_contain_text("tallinn.txt")
         screenshot(page, tmp_path, "ask-only-these")
 
         page.click("#scope-clear")  # back to every document
