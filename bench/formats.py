@@ -13,7 +13,8 @@ Where a citation must point (`where` in the question set): `page` -> the chunk's
 page 1, or no page); `slide` -> its page (a slide is a presentation's page unit); `sheet` + `row` -> its
 heading names the sheet and line_start <= row <= line_end; `row` alone (CSV) -> the line range;
 `section` -> its heading holds the text; `message` + `subject` (mail) -> its heading holds the subject,
-or its page is the message's number. The `unanswerable_` questions are not scored: what came back is
+or its page is the message's number. The `expect: abstain` questions are scored by whether the answer
+abstained (abstained_unanswerable; abstained_answerable counts the others that did, wrongly); what came back is
 recorded. Until a type has a loader its files are reported as not ingested; that is a result, not an error.
 
     .venv/bin/python bench/formats.py [--index DIR] [--out bench/results/formats.json] [--limit N]
@@ -127,7 +128,8 @@ def ask_all(pipeline, questions: list[dict]) -> list[dict]:
         hits = list(result.hits[:TOP]) if result else []
         citations = list(answer.citations[:TOP])
         row = {"id": q["id"], "type": q.get("type"), "question": q["question"], "answer": answer.text,
-               "generator": answer.generator, "seconds": round(seconds, 3),
+               "generator": answer.generator, "seconds": round(seconds, 3), "abstained": answer.abstained,
+               "expect_abstain": q.get("expect") == "abstain",
                "citations": [place(c) for c in citations],
                "documents": [d.path for d in documents]}
         sources, expected = q.get("sources") or [], q.get("answer_contains") or []
@@ -138,7 +140,7 @@ def ask_all(pipeline, questions: list[dict]) -> list[dict]:
                 same_file(c.path, source) and at_place(c, where, kind) for c in citations)
             row["chunk_location@5"] = any(
                 same_file(h.chunk.path, source) and at_place(h.chunk, where, kind) for h in hits)
-            row["answer_passed"] = all(words(s) in words(answer.text) for s in expected)
+            row["answer_passed"] = not answer.abstained and all(words(s) in words(answer.text) for s in expected)
             row["where"] = where
         rows.append(row)
     return rows
@@ -194,7 +196,14 @@ def main() -> int:
               f"{s['chunk_location@5']:7} {s['answer_passed']:6} {s['errors']:6}")
     print(f"{'all':6} {totals['questions']:3} {totals['file_hit@5']:6} {totals['location_hit@5']:6} "
           f"{totals['chunk_location@5']:7} {totals['answer_passed']:6} {totals['errors']:6}")
-    unanswerable = [r for r in rows if r["id"].startswith("unanswerable_")]
+    unanswerable = [r for r in rows if r.get("expect_abstain")]
+    answerable = [r for r in rows if r.get("type") and "error" not in r]
+    abstention = {
+        "abstained_unanswerable": sum(r.get("abstained", False) for r in unanswerable) / max(1, len(unanswerable)),
+        "abstained_answerable": sum(r["abstained"] for r in answerable) / max(1, len(answerable)),
+    }
+    print(f"abstained: {abstention['abstained_unanswerable']:.2f} of {len(unanswerable)} unanswerable, "
+          f"{abstention['abstained_answerable']:.3f} of {len(answerable)} answerable (wrongly)")
     for r in unanswerable:
         cited = ", ".join(f"{Path(c['path']).name} {c['location']}" for c in r.get("citations", [])[:3])
         print(f"{r['id']}: {words(r.get('answer', r.get('error')))[:100]!r} [{cited}]")
@@ -203,7 +212,7 @@ def main() -> int:
     out.write_text(json.dumps({
         "commit": git_commit(), "questions": len(questions), "top": TOP,
         "ingest": ingested, "ingest_seconds": round(ingest_seconds, 1), "calibration": calibration,
-        "by_type": table, "totals": dict(totals), "per_question": rows,
+        "by_type": table, "totals": dict(totals), **abstention, "per_question": rows,
     }, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\nwritten to {out}")
     return 0
