@@ -1,0 +1,187 @@
+"""Tables without ruled lines on a PDF page, found by the alignment of their columns (used by `funnel.ingest.pdf`).
+
+pdfplumber's text strategy ("vertical_strategy": "text") finds such tables, but run over a whole page it
+also makes tables of prose: every left-aligned line lines up, and its cuts run through words ("s reimbur").
+So the page is first searched for candidate blocks: runs of at least _MIN_ROWS consecutive lines that each
+fall into two or more pieces separated by a gap wider than a column gap (_GAP_EMS of the font size), a
+header line included. pdfplumber's text strategy then reads only that block, and the result is kept only
+when it looks like a table, else the block stays prose:
+- at least _MIN_ROWS rows (a header and two data rows) and two columns, most rows filling two cells or more;
+- no word cut between two cells, no dot leaders (a table of contents), short cells (two columns of prose
+  give cells of whole lines), not set all in a monospaced font (a code listing aligned with spaces);
+- a header row that is set apart from the rows under it: in another font (bold), over a ruled line, or of
+  another type (words over a column of numbers). A reference card's "command  description" lines have none
+  of these and stay prose.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_MIN_ROWS = 3
+# A gap between two characters of a line wider than this many font sizes separates two cells.
+_GAP_EMS = 1.0
+# Lines further apart than this many line heights do not belong to one table.
+_ROW_GAP_LINES = 2.5
+# Two columns of prose give cells of whole lines; table cells are mostly short.
+_MAX_MEDIAN_WORDS = 5
+_LONG_CELL_WORDS = 9
+_MAX_LONG_SHARE = 0.25
+_TEXT_SETTINGS = {
+    "vertical_strategy": "text",
+    "horizontal_strategy": "text",
+    "text_x_tolerance_ratio": 0.15,
+}
+_DOT_LEADER = re.compile(r"(?:\.\s?){4,}|(?:·\s?){3,}|…{2,}")
+_NUMBER = re.compile(r"^[-+−]?[$€£¥]?\d[\d.,:/%]*\s*[%a-zA-Z]{0,3}$")
+_MONO = re.compile(r"mono|courier|typewriter|code|consol|\btt|cmtt|lmtt", re.IGNORECASE)
+
+
+def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]]) -> list[tuple[tuple, list]]:
+    """(bbox, rows) of each table without rules on `page`, outside the boxes of its ruled tables."""
+    found = []
+    for top, bottom in _candidate_blocks(page, ruled):
+        x0, x1 = float(page.bbox[0]), float(page.bbox[2])
+        region = page.crop((x0, top - 1, x1, bottom + 1), strict=False)
+        try:
+            tables = region.find_tables(table_settings=_TEXT_SETTINGS)
+        except Exception:  # the text strategy fails on odd geometry; the block stays prose
+            continue
+        for table in tables:
+            table = _widened(region, table)
+            rows = _cleaned(table.extract(x_tolerance_ratio=0.15)) if table is not None else []
+            if rows and _looks_like_table(region, table, rows):
+                found.append((table.bbox, rows))
+    return found
+
+
+def _widened(region: Any, table: Any) -> Any:
+    """The table read again between the columns the text strategy found, its outer columns widened to the
+    block's text: a header wider than its column ("Hotel cap (EUR)" over "150") is not left outside."""
+    words = [w for w in region.extract_words(x_tolerance_ratio=0.15)
+             if table.bbox[1] - 1 <= (w["top"] + w["bottom"]) / 2 <= table.bbox[3] + 1]
+    edges = sorted({round(float(cell[0]), 1) for cell in table.cells} | {round(float(table.bbox[2]), 1)})
+    if not words or len(edges) < 3:
+        return None
+    edges[0] = min(edges[0], min(float(w["x0"]) for w in words)) - 1
+    edges[-1] = max(edges[-1], max(float(w["x1"]) for w in words)) + 1
+    settings = {**_TEXT_SETTINGS, "vertical_strategy": "explicit", "explicit_vertical_lines": edges}
+    try:
+        again = region.find_tables(table_settings=settings)
+    except Exception:
+        return None
+    return max(again, key=lambda t: len(t.cells), default=None)
+
+
+def _lines(page: Any, ruled: list) -> list[tuple[float, float, float, list[tuple[float, float]]]]:
+    """(top, bottom, font size, x-spans of its pieces) per text line outside ruled tables, top to bottom."""
+    rows: dict[int, list[dict[str, Any]]] = {}
+    for ch in page.chars:
+        if not ch.get("text", "").strip():
+            continue
+        cx, cy = (ch["x0"] + ch["x1"]) / 2, (ch["top"] + ch["bottom"]) / 2
+        if any(x0 <= cx <= x1 and top <= cy <= bottom for x0, top, x1, bottom in ruled):
+            continue
+        rows.setdefault(round(float(ch["top"]) / 2), []).append(ch)
+    lines = []
+    for key in sorted(rows):
+        chars = sorted(rows[key], key=lambda c: c["x0"])
+        size = max(1.0, sum(float(c.get("size", 0.0)) for c in chars) / len(chars))
+        pieces: list[tuple[float, float]] = []
+        for ch in chars:
+            left, right = float(ch["x0"]), float(ch["x1"])
+            if pieces and left - pieces[-1][1] <= _GAP_EMS * size:
+                pieces[-1] = (pieces[-1][0], max(pieces[-1][1], right))
+            else:
+                pieces.append((left, right))
+        top = min(float(c["top"]) for c in chars)
+        bottom = max(float(c["bottom"]) for c in chars)
+        lines.append((top, bottom, size, pieces))
+    return lines
+
+
+def _candidate_blocks(page: Any, ruled: list) -> list[tuple[float, float]]:
+    """(top, bottom) of each run of at least _MIN_ROWS close lines that each fall into two pieces or more."""
+    blocks: list[tuple[float, float]] = []
+    run: list[tuple[float, float]] = []
+    previous_bottom = None
+    for top, bottom, size, pieces in _lines(page, ruled):
+        close = previous_bottom is not None and top - previous_bottom <= _ROW_GAP_LINES * size
+        if len(pieces) >= 2 and (close or not run):
+            run.append((top, bottom))
+        else:
+            if len(run) >= _MIN_ROWS:
+                blocks.append((run[0][0], run[-1][1]))
+            run = [(top, bottom)] if len(pieces) >= 2 else []
+        previous_bottom = bottom
+    if len(run) >= _MIN_ROWS:
+        blocks.append((run[0][0], run[-1][1]))
+    return blocks
+
+
+def _cleaned(rows: list[list[str | None]]) -> list[list[str]]:
+    """Rows with their cells' white space normalised; empty rows and columns empty in every row dropped."""
+    cells = [[" ".join((cell or "").split()) for cell in row] for row in rows]
+    cells = [row for row in cells if any(row)]
+    if not cells:
+        return []
+    keep = [i for i in range(max(len(r) for r in cells)) if any(i < len(r) and r[i] for r in cells)]
+    return [[row[i] if i < len(row) else "" for i in keep] for row in cells]
+
+
+def _looks_like_table(region: Any, table: Any, rows: list[list[str]]) -> bool:
+    if len(rows) < _MIN_ROWS or len(rows[0]) < 2:
+        return False
+    if sum(sum(1 for c in row if c) >= 2 for row in rows) < 0.8 * len(rows):
+        return False
+    cells = [c for row in rows for c in row if c]
+    if any(_DOT_LEADER.search(c) for c in cells):
+        return False
+    lengths = sorted(len(c.split()) for c in cells)
+    if lengths[len(lengths) // 2] > _MAX_MEDIAN_WORDS:
+        return False
+    if sum(n >= _LONG_CELL_WORDS for n in lengths) > _MAX_LONG_SHARE * len(lengths):
+        return False
+    chars = [c for c in region.chars if _inside(c, table.bbox) and c.get("text", "").strip()]
+    if not chars or all(_MONO.search(str(c.get("fontname", ""))) for c in chars):
+        return False
+    if _cuts_words(region, table, rows):
+        return False
+    return _header_set_apart(region, table, rows, chars)
+
+
+def _inside(obj: dict[str, Any], bbox: tuple) -> bool:
+    cx, cy = (obj["x0"] + obj["x1"]) / 2, (obj["top"] + obj["bottom"]) / 2
+    return bbox[0] <= cx <= bbox[2] and bbox[1] <= cy <= bbox[3]
+
+
+def _cuts_words(region: Any, table: Any, rows: list[list[str]]) -> bool:
+    """Whether a word of the block is found whole in no cell: a column cut ran through it."""
+    cell_words = {word for row in rows for cell in row for word in cell.split()}
+    words = region.extract_words(x_tolerance_ratio=0.15)
+    return any(w["text"] not in cell_words for w in words if _inside(w, table.bbox))
+
+
+def _header_set_apart(region: Any, table: Any, rows: list[list[str]], chars: list[dict[str, Any]]) -> bool:
+    header, body = rows[0], rows[1:]
+    if any(_NUMBER.match(c) for c in header if c) or sum(1 for c in header if c) < 2:
+        return False
+    row_tops = sorted({round(float(c["top"])) for c in chars})
+    first_top = row_tops[0]
+    header_chars = [c for c in chars if float(c["top"]) < first_top + 2]
+    body_chars = [c for c in chars if float(c["top"]) >= first_top + 2]
+    if not body_chars:
+        return False
+    if {c.get("fontname") for c in header_chars}.isdisjoint({c.get("fontname") for c in body_chars}):
+        return True  # a bold (or otherwise other) header font
+    header_bottom = max(float(c["bottom"]) for c in header_chars)
+    next_top = min(float(c["top"]) for c in body_chars)
+    for edge in region.horizontal_edges:
+        if header_bottom - 1 <= float(edge["top"]) <= next_top + 1:
+            return True  # a rule under the header, as booktabs draws
+    for i, name in enumerate(header):
+        column = [row[i] for row in body if i < len(row) and row[i]]
+        if name and len(column) >= 2 and sum(bool(_NUMBER.match(c)) for c in column) >= 0.8 * len(column):
+            return True  # words over a column of numbers
+    return False
