@@ -66,6 +66,17 @@ def _widened(region: Any, table: Any) -> Any:
         return None
     edges[0] = min(edges[0], min(float(w["x0"]) for w in words)) - 1
     edges[-1] = max(edges[-1], max(float(w["x1"]) for w in words)) + 1
+    # A column of right-aligned numbers starts where most of them do, inside a wider header ("Price ($)"
+    # over "13.65"): such a cut moves left of the word it would split.
+    spans = [(float(w["x0"]), float(w["x1"])) for w in words]
+    for i in range(1, len(edges) - 1):
+        for _ in range(len(spans)):
+            crossed = [left for left, right in spans if left < edges[i] < right]
+            if not crossed:
+                break
+            edges[i] = min(crossed) - 0.5
+        if edges[i] <= edges[i - 1]:
+            return None
     settings = {**_TEXT_SETTINGS, "vertical_strategy": "explicit", "explicit_vertical_lines": edges}
     try:
         again = region.find_tables(table_settings=settings)
