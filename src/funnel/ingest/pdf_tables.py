@@ -48,19 +48,20 @@ def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]])
             tables = region.find_tables(table_settings=_TEXT_SETTINGS)
         except Exception:  # the text strategy fails on odd geometry; the block stays prose
             continue
-        for table in tables:
-            table = _widened(region, table)
-            rows = _cleaned(table.extract(x_tolerance_ratio=0.15)) if table is not None else []
-            if rows and _looks_like_table(region, table, rows):
-                found.append((table.bbox, rows))
+        # The text strategy may cut one block into several tables; its columns are taken from the largest
+        # and the whole block is read again between them.
+        largest = max(tables, key=lambda t: len(t.cells), default=None)
+        table = _widened(region, largest) if largest is not None else None
+        rows = _cleaned(table.extract(x_tolerance_ratio=0.15)) if table is not None else []
+        if rows and _looks_like_table(region, table, rows):
+            found.append((table.bbox, rows))
     return found
 
 
 def _widened(region: Any, table: Any) -> Any:
     """The table read again between the columns the text strategy found, its outer columns widened to the
     block's text: a header wider than its column ("Hotel cap (EUR)" over "150") is not left outside."""
-    words = [w for w in region.extract_words(x_tolerance_ratio=0.15)
-             if table.bbox[1] - 1 <= (w["top"] + w["bottom"]) / 2 <= table.bbox[3] + 1]
+    words = region.extract_words(x_tolerance_ratio=0.15)
     edges = sorted({round(float(cell[0]), 1) for cell in table.cells} | {round(float(table.bbox[2]), 1)})
     if not words or len(edges) < 3:
         return None
@@ -75,8 +76,13 @@ def _widened(region: Any, table: Any) -> Any:
             if not crossed:
                 break
             edges[i] = min(crossed) - 0.5
-        if edges[i] <= edges[i - 1]:
-            return None
+    # A cut between two words of one piece (no column gap between them) is not a column: rows that all
+    # start "Local game binaries", "Local libraries" line up their second words by chance.
+    pieces = _word_pieces(words)
+    inner = [x for x in edges[1:-1] if not any(left < x < right for left, right in pieces)]
+    edges = sorted({edges[0], *inner, edges[-1]})
+    if len(edges) < 3:
+        return None
     settings = {**_TEXT_SETTINGS, "vertical_strategy": "explicit", "explicit_vertical_lines": edges}
     try:
         again = region.find_tables(table_settings=settings)
@@ -85,19 +91,36 @@ def _widened(region: Any, table: Any) -> Any:
     return max(again, key=lambda t: len(t.cells), default=None)
 
 
+def _word_pieces(words: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The x-spans of runs of words on one line with no column gap between them."""
+    pieces = []
+    for line in _by_line(words):
+        span: list[float] = []
+        for w in line:
+            size = float(w["bottom"]) - float(w["top"])
+            if span and float(w["x0"]) - span[1] <= _GAP_EMS * size:
+                span[1] = max(span[1], float(w["x1"]))
+            else:
+                if span:
+                    pieces.append((span[0], span[1]))
+                span = [float(w["x0"]), float(w["x1"])]
+        if span:
+            pieces.append((span[0], span[1]))
+    return pieces
+
+
 def _lines(page: Any, ruled: list) -> list[tuple[float, float, float, list[tuple[float, float]]]]:
     """(top, bottom, font size, x-spans of its pieces) per text line outside ruled tables, top to bottom."""
-    rows: dict[int, list[dict[str, Any]]] = {}
+    kept = []
     for ch in page.chars:
         if not ch.get("text", "").strip():
             continue
         cx, cy = (ch["x0"] + ch["x1"]) / 2, (ch["top"] + ch["bottom"]) / 2
         if any(x0 <= cx <= x1 and top <= cy <= bottom for x0, top, x1, bottom in ruled):
             continue
-        rows.setdefault(round(float(ch["top"]) / 2), []).append(ch)
+        kept.append(ch)
     lines = []
-    for key in sorted(rows):
-        chars = sorted(rows[key], key=lambda c: c["x0"])
+    for chars in _by_line(kept):
         size = max(1.0, sum(float(c.get("size", 0.0)) for c in chars) / len(chars))
         pieces: list[tuple[float, float]] = []
         for ch in chars:
@@ -112,33 +135,70 @@ def _lines(page: Any, ruled: list) -> list[tuple[float, float, float, list[tuple
     return lines
 
 
+def _by_line(objs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Characters or words grouped into lines, top to bottom, each left to right: tops within 0.4 of the
+    line's height are one line (a Courier name and a Times description sit a point apart)."""
+    lines: list[list[dict[str, Any]]] = []
+    top = height = 0.0
+    for obj in sorted(objs, key=lambda o: float(o["top"])):
+        if lines and float(obj["top"]) - top <= 0.4 * height:
+            lines[-1].append(obj)
+        else:
+            lines.append([obj])
+            top, height = float(obj["top"]), max(1.0, float(obj["bottom"]) - float(obj["top"]))
+    return [sorted(line, key=lambda o: float(o["x0"])) for line in lines]
+
+
 def _candidate_blocks(page: Any, ruled: list) -> list[tuple[float, float]]:
-    """(top, bottom) of each run of at least _MIN_ROWS close lines that each fall into two pieces or more."""
+    """(top, bottom) of each run of at least _MIN_ROWS close lines that each fall into two pieces or more;
+    an indented line of one piece (a cell's text wrapped onto a second line) may sit between them."""
     blocks: list[tuple[float, float]] = []
     run: list[tuple[float, float]] = []
-    previous_bottom = None
+    rows = 0
+    left = previous_bottom = 0.0
+
+    def close_run() -> None:
+        while run and run[-1][2] == 1:  # a run ends on a row of two pieces
+            run.pop()
+        if rows >= _MIN_ROWS:
+            blocks.append((run[0][0], run[-1][1]))
+
     for top, bottom, size, pieces in _lines(page, ruled):
-        close = previous_bottom is not None and top - previous_bottom <= _ROW_GAP_LINES * size
+        close = bool(run) and top - previous_bottom <= _ROW_GAP_LINES * size
         if len(pieces) >= 2 and (close or not run):
-            run.append((top, bottom))
+            run.append((top, bottom, len(pieces)))
+            rows += 1
+            left = min(left, pieces[0][0]) if len(run) > 1 else pieces[0][0]
+        elif len(pieces) == 1 and close and pieces[0][0] > left + _GAP_EMS * size:
+            run.append((top, bottom, 1))
         else:
-            if len(run) >= _MIN_ROWS:
-                blocks.append((run[0][0], run[-1][1]))
-            run = [(top, bottom)] if len(pieces) >= 2 else []
+            close_run()
+            run = [(top, bottom, len(pieces))] if len(pieces) >= 2 else []
+            rows = len(run)
+            left = pieces[0][0] if pieces else 0.0
         previous_bottom = bottom
-    if len(run) >= _MIN_ROWS:
-        blocks.append((run[0][0], run[-1][1]))
+    close_run()
     return blocks
 
 
 def _cleaned(rows: list[list[str | None]]) -> list[list[str]]:
-    """Rows with their cells' white space normalised; empty rows and columns empty in every row dropped."""
+    """Rows with their cells' white space normalised; empty rows and columns empty in every row dropped; a
+    row of one cell that is not the first (a cell wrapped onto a second line) joined to the row above."""
     cells = [[" ".join((cell or "").split()) for cell in row] for row in rows]
     cells = [row for row in cells if any(row)]
     if not cells:
         return []
     keep = [i for i in range(max(len(r) for r in cells)) if any(i < len(r) and r[i] for r in cells)]
-    return [[row[i] if i < len(row) else "" for i in keep] for row in cells]
+    cells = [[row[i] if i < len(row) else "" for i in keep] for row in cells]
+    joined: list[list[str]] = []
+    for row in cells:
+        filled = [i for i, cell in enumerate(row) if cell]
+        if joined and len(filled) == 1 and filled[0] > 0:
+            above = joined[-1]
+            above[filled[0]] = f"{above[filled[0]]} {row[filled[0]]}".strip()
+        else:
+            joined.append(row)
+    return joined
 
 
 def _looks_like_table(region: Any, table: Any, rows: list[list[str]]) -> bool:
@@ -188,11 +248,23 @@ def _header_set_apart(region: Any, table: Any, rows: list[list[str]], chars: lis
         return True  # a bold (or otherwise other) header font
     header_bottom = max(float(c["bottom"]) for c in header_chars)
     next_top = min(float(c["top"]) for c in body_chars)
-    for edge in region.horizontal_edges:
-        if header_bottom - 1 <= float(edge["top"]) <= next_top + 1:
-            return True  # a rule under the header, as booktabs draws
+    if _ruled_between(region, header_bottom, next_top) and not _every_row_ruled(region, body_chars):
+        return True  # a rule under the header (and not under every row), as booktabs draws
     for i, name in enumerate(header):
         column = [row[i] for row in body if i < len(row) and row[i]]
         if name and len(column) >= 2 and sum(bool(_NUMBER.match(c)) for c in column) >= 0.8 * len(column):
             return True  # words over a column of numbers
     return False
+
+
+def _ruled_between(region: Any, top: float, bottom: float) -> bool:
+    return any(top - 1 <= float(edge["top"]) <= bottom + 1 for edge in region.horizontal_edges)
+
+
+def _every_row_ruled(region: Any, body_chars: list[dict[str, Any]]) -> bool:
+    """Whether a rule also runs between the first two data rows: then a rule says nothing of a header."""
+    tops = sorted({round(float(c["top"])) for c in body_chars})
+    if len(tops) < 2:
+        return False
+    first_bottom = max(float(c["bottom"]) for c in body_chars if round(float(c["top"])) == tops[0])
+    return _ruled_between(region, first_bottom, tops[1])
