@@ -14,6 +14,7 @@ import numpy as np
 from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
 from funnel.embed.base import Embedder, embed_queries
 from funnel.generate.question_parts import question_parts
+from funnel.generate.table_cells import cell_answer, find_cell
 from funnel.types import Answer, Chunk, Citation, SearchResult
 
 # A line that starts a list item: a bullet, or a number or letter followed by "." or ")".
@@ -197,6 +198,8 @@ class ExtractiveGenerator:
             # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for
             # a question in those scripts the shared terms decide and the cosine only breaks ties.
             scores = (0.1 if cjk else 1.0) * (sentences @ vector) + self.lexical_weight * lexical
+            if len(asked) == 1 and (cell := find_cell(part, pool, scores)) is not None:  # a table lookup
+                return cell_answer(question, cell, result, self.name)
             chosen += self._choose(scores, pool, chosen, parts=len(asked))
 
         numbers: dict[str, int] = {}

@@ -29,8 +29,8 @@ from typing import Any
 from funnel.errors import IngestError, missing_dependency
 from funnel.ingest.ocr import OcrEngine
 from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
-from funnel.ingest.pdf_tables import borderless_tables
 from funnel.ingest.pdf_ocr import ScannedPages, has_text_layer
+from funnel.ingest.pdf_tables import borderless_tables
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 

@@ -46,7 +46,7 @@ def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]])
         region = page.crop((x0, top - 1, x1, bottom + 1), strict=False)
         try:
             tables = region.find_tables(table_settings=_TEXT_SETTINGS)
-        except Exception:  # the text strategy fails on odd geometry; the block stays prose
+        except Exception:  # noqa: BLE001, S112 (the text strategy fails on odd geometry: the block stays prose)
             continue
         # The text strategy may cut one block into several tables; its columns are taken from the largest
         # and the whole block is read again between them.
@@ -86,7 +86,7 @@ def _widened(region: Any, table: Any) -> Any:
     settings = {**_TEXT_SETTINGS, "vertical_strategy": "explicit", "explicit_vertical_lines": edges}
     try:
         again = region.find_tables(table_settings=settings)
-    except Exception:
+    except Exception:  # noqa: BLE001 (as above: no table, the block stays prose)
         return None
     return max(again, key=lambda t: len(t.cells), default=None)
 
