@@ -7,17 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import chunk
 
-from funnel.engine_config import EngineConfig
 from funnel.embed import HashingEmbedder
+from funnel.engine_config import EngineConfig
 from funnel.generate.extractive import ExtractiveGenerator
 from funnel.generate.table_cells import find_cell, parse_row
+from funnel.group import group
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline
-from funnel.group import group
 from funnel.types import Candidate, Hit, RerankStatus, SearchResult, SectionKind
-
-from helpers import chunk
 
 CITIES = [("Berlin", "28", "150"), ("Paris", "32", "180"), ("Madrid", "26", "120"), ("Oslo", "41", "200"),
           ("Vienna", "30", "140"), ("Lisbon", "24", "110")]
@@ -173,7 +172,8 @@ def write_ruled_pdf(folder):
     build_pdf(folder / "travel.pdf", grid=True)
 
 
-WRITERS = [write_csv, write_tsv, write_markdown, write_html, write_xlsx, write_docx, write_pdf, write_ruled_pdf]
+WRITERS = [write_csv, write_tsv, write_markdown, write_html, write_xlsx, write_docx, write_pdf,
+           write_ruled_pdf]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tables without ruled lines on a PDF page, found by the alignment of their columns (used by `funnel.ingest.pdf`).
+"""Tables without ruled lines on a PDF page, found by their columns' alignment (for `funnel.ingest.pdf`).
 
 pdfplumber's text strategy ("vertical_strategy": "text") finds such tables, but run over a whole page it
 also makes tables of prose: every left-aligned line lines up, and its cuts run through words ("s reimbur").
@@ -46,7 +46,7 @@ def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]])
         region = page.crop((x0, top - 1, x1, bottom + 1), strict=False)
         try:
             tables = region.find_tables(table_settings=_TEXT_SETTINGS)
-        except Exception:  # noqa: BLE001, S112 (the text strategy fails on odd geometry: the block stays prose)
+        except Exception:  # noqa: BLE001, S112 (the text strategy failed on odd geometry: it stays prose)
             continue
         # The text strategy may cut one block into several tables; its columns are taken from the largest
         # and the whole block is read again between them.
