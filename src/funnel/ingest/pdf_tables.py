@@ -35,6 +35,7 @@ _TEXT_SETTINGS = {
 }
 _DOT_LEADER = re.compile(r"(?:\.\s?){4,}|(?:·\s?){3,}|…{2,}")
 _NUMBER = re.compile(r"^[-+−]?[$€£¥]?\d[\d.,:/%]*\s*[%a-zA-Z]{0,3}$")
+_PAGE_LIST = re.compile(r"[^\W\d].*,\s*\d+(?:[–-]\d+)?(?:,\s*\d+(?:[–-]\d+)?)*,?$")
 _MONO = re.compile(r"mono|courier|typewriter|code|consol|\btt|cmtt|lmtt", re.IGNORECASE)
 
 
@@ -93,20 +94,21 @@ def _widened(region: Any, table: Any) -> Any:
 
 def _word_pieces(words: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """The x-spans of runs of words on one line with no column gap between them."""
-    pieces = []
+    return [piece for line in _pieces_per_line(words) for piece in line]
+
+
+def _pieces_per_line(words: list[dict[str, Any]]) -> list[list[tuple[float, float]]]:
+    lines = []
     for line in _by_line(words):
-        span: list[float] = []
+        pieces: list[tuple[float, float]] = []
         for w in line:
             size = float(w["bottom"]) - float(w["top"])
-            if span and float(w["x0"]) - span[1] <= _GAP_EMS * size:
-                span[1] = max(span[1], float(w["x1"]))
+            if pieces and float(w["x0"]) - pieces[-1][1] <= _GAP_EMS * size:
+                pieces[-1] = (pieces[-1][0], max(pieces[-1][1], float(w["x1"])))
             else:
-                if span:
-                    pieces.append((span[0], span[1]))
-                span = [float(w["x0"]), float(w["x1"])]
-        if span:
-            pieces.append((span[0], span[1]))
-    return pieces
+                pieces.append((float(w["x0"]), float(w["x1"])))
+        lines.append(pieces)
+    return lines
 
 
 def _lines(page: Any, ruled: list) -> list[tuple[float, float, float, list[tuple[float, float]]]]:
@@ -217,7 +219,9 @@ def _looks_like_table(region: Any, table: Any, rows: list[list[str]]) -> bool:
     chars = [c for c in region.chars if _inside(c, table.bbox) and c.get("text", "").strip()]
     if not chars or all(_MONO.search(str(c.get("fontname", ""))) for c in chars):
         return False
-    if _cuts_words(region, table, rows):
+    if _cuts_words(region, table, rows) or _gaps_inside_cells(region, table):
+        return False
+    if _page_numbers(rows):
         return False
     return _header_set_apart(region, table, rows, chars)
 
@@ -232,6 +236,31 @@ def _cuts_words(region: Any, table: Any, rows: list[list[str]]) -> bool:
     cell_words = {word for row in rows for cell in row for word in cell.split()}
     words = region.extract_words(x_tolerance_ratio=0.15)
     return any(w["text"] not in cell_words for w in words if _inside(w, table.bbox))
+
+
+def _gaps_inside_cells(region: Any, table: Any) -> bool:
+    """Whether two pieces of a line (text apart by a column gap) fall in one cell on more than a tenth of
+    the lines: the columns found are not the columns there are (a reference card set in several columns)."""
+    edges = sorted({float(cell[0]) for cell in table.cells})
+    words = [w for w in region.extract_words(x_tolerance_ratio=0.15) if _inside(w, table.bbox)]
+    lines = _pieces_per_line(words)
+    crowded = 0
+    for pieces in lines:
+        columns = [sum(edge <= (left + right) / 2 for edge in edges) for left, right in pieces]
+        crowded += len(set(columns)) < len(columns)
+    return crowded > 0.1 * len(lines)
+
+
+def _page_numbers(rows: list[list[str]]) -> bool:
+    """Whether the rows are a table of contents or an index: a last column of page numbers in order, or
+    cells that end in page numbers ("hsv, 39, 50")."""
+    last = [row[-1] for row in rows[1:] if row[-1]]
+    if len(last) >= _MIN_ROWS - 1 and all(c.isdigit() for c in last):
+        numbers = [int(c) for c in last]
+        if numbers == sorted(numbers):
+            return True
+    cells = [c for row in rows[1:] for c in row if c]
+    return sum(bool(_PAGE_LIST.search(c)) for c in cells) > 0.5 * len(cells)
 
 
 def _header_set_apart(region: Any, table: Any, rows: list[list[str]], chars: list[dict[str, Any]]) -> bool:
