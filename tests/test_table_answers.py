@@ -92,6 +92,13 @@ def test_a_header_named_by_its_initials_and_a_word_in_another_form():
     assert cell is not None and cell.column == "TZ" and cell.value == "Europe/Andorra"
 
 
+def test_a_value_listing_names_and_a_header_written_as_one_word():
+    table = chunk("langs.csv", 0, text="x", kind="csv", section_kind=SectionKind.TABLE)
+    pool = [("alpha_3: nav | alpha_2: nv | name: Navajo; Navaho | codename: Dine", table)]
+    cell = find_cell("What is the code name of Navajo?", pool, np.ones(1))
+    assert cell is not None and (cell.label, cell.value) == ("Navajo; Navaho", "Dine")
+
+
 def test_a_row_scored_far_below_the_best_passage_is_not_looked_up():
     table = chunk("travel.csv", 0, text=rows_text(), kind="csv", section_kind=SectionKind.TABLE)
     pool = [("City: Berlin | Per diem (EUR): 28", table), (PROSE, chunk("p.txt", 0, text=PROSE))]

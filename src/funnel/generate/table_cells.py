@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -27,6 +28,7 @@ MIN_SCORE_RATIO = 0.6
 # A header matches when at least this share of its words are in the question.
 MIN_HEADER_SHARE = 0.5
 _WORD = re.compile(r"[a-z0-9]+")
+_ALTERNATIVES = re.compile(r"\s*[;,]\s*")
 _STOP = frozenset({
     "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "is", "are",
     "was", "were", "be", "what", "which", "who", "when", "where", "how", "does", "do", "did", "it", "its",
@@ -100,11 +102,13 @@ def cell_answer(question: str, cell: Cell, result: SearchResult, generator: str)
 
 
 def _named(value: str, asked: str) -> bool:
-    """Whether the question holds `value` whole (as words, case and punctuation aside)."""
-    words = " ".join(_WORD.findall(value.lower()))
-    if len(words) < 2 or words in _STOP:
-        return False
-    return f" {words} " in f" {asked} "
+    """Whether the question holds `value` whole (as words, case and punctuation aside), or one of the
+    names a value lists ("Navajo; Navaho", "Ahom, Tai Ahom")."""
+    for name in (value, *_ALTERNATIVES.split(value)):
+        words = " ".join(_WORD.findall(name.lower()))
+        if len(words) >= 2 and words not in _STOP and f" {words} " in f" {asked} ":
+            return True
+    return False
 
 
 def _header_match(header: str, terms: list[str]) -> float:
@@ -114,7 +118,8 @@ def _header_match(header: str, terms: list[str]) -> float:
         return 0.0
     if len(words) == 1 and header.strip().isupper() and 2 <= len(words[0]) <= 4 and _acronym(words[0], terms):
         return 1.0
-    return sum(any(_same_word(w, t) for t in terms) for w in words) / len(words)
+    joined = [a + b for a, b in pairwise(terms)]  # "code name" for a "codename" column
+    return sum(any(_same_word(w, t) for t in [*terms, *joined]) for w in words) / len(words)
 
 
 def _same_word(a: str, b: str) -> bool:
