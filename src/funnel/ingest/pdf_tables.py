@@ -24,6 +24,8 @@ _MIN_ROWS = 3
 _GAP_EMS = 1.0
 # Lines further apart than this many line heights do not belong to one table.
 _ROW_GAP_LINES = 2.5
+# Rows of one table are set in one size, to within this ratio.
+_SAME_SIZE_RATIO = 1.15
 # Two columns of prose give cells of whole lines; table cells are mostly short.
 _MAX_MEDIAN_WORDS = 5
 _LONG_CELL_WORDS = 9
@@ -60,14 +62,21 @@ def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]])
 
 
 def _widened(region: Any, table: Any) -> Any:
-    """The table read again between the columns the text strategy found, its outer columns widened to the
-    block's text: a header wider than its column ("Hotel cap (EUR)" over "150") is not left outside."""
+    """The table read again between the columns the text strategy found, widened to the block's text: a
+    header wider than its column ("Hotel cap (EUR)" over "150") is not left outside, and a column of too
+    few words for the text strategy ("Debian", "Ubuntu" beside "i386/amd64") is a column of its own."""
     words = region.extract_words(x_tolerance_ratio=0.15)
     edges = sorted({round(float(cell[0]), 1) for cell in table.cells} | {round(float(table.bbox[2]), 1)})
-    if not words or len(edges) < 3:
+    if not words or len(edges) < 2:
         return None
-    edges[0] = min(edges[0], min(float(w["x0"]) for w in words)) - 1
-    edges[-1] = max(edges[-1], max(float(w["x1"]) for w in words)) + 1
+    pieces = _word_pieces(words)
+    first = min(float(w["x0"]) for w in words) - 1
+    last = max(float(w["x1"]) for w in words) + 1
+    beyond = [left for left, _ in pieces if left >= edges[-1]]
+    edges = ([first] if any(right <= edges[0] for _, right in pieces) else []) + edges
+    edges[0] = min(edges[0], first)
+    edges = edges + ([min(beyond) - 0.5, last] if beyond else [])
+    edges[-1] = max(edges[-1], last)
     # A column of right-aligned numbers starts where most of them do, inside a wider header ("Price ($)"
     # over "13.65"): such a cut moves left of the word it would split.
     spans = [(float(w["x0"]), float(w["x1"])) for w in words]
@@ -79,7 +88,6 @@ def _widened(region: Any, table: Any) -> Any:
             edges[i] = min(crossed) - 0.5
     # A cut between two words of one piece (no column gap between them) is not a column: rows that all
     # start "Local game binaries", "Local libraries" line up their second words by chance.
-    pieces = _word_pieces(words)
     inner = [x for x in edges[1:-1] if not any(left < x < right for left, right in pieces)]
     edges = sorted({edges[0], *inner, edges[-1]})
     if len(edges) < 3:
@@ -165,8 +173,11 @@ def _candidate_blocks(page: Any, ruled: list) -> list[tuple[float, float]]:
         if rows >= _MIN_ROWS:
             blocks.append((run[0][0], run[-1][1]))
 
+    previous_size = 0.0
     for top, bottom, size, pieces in _lines(page, ruled):
-        close = bool(run) and top - previous_bottom <= _ROW_GAP_LINES * size
+        # A heading ("A.2   Commands", set larger) is not a row of the table under it.
+        same_size = max(size, previous_size) <= _SAME_SIZE_RATIO * min(size, previous_size)
+        close = bool(run) and same_size and top - previous_bottom <= _ROW_GAP_LINES * size
         if len(pieces) >= 2 and (close or not run):
             run.append((top, bottom, len(pieces)))
             rows += 1
@@ -178,7 +189,7 @@ def _candidate_blocks(page: Any, ruled: list) -> list[tuple[float, float]]:
             run = [(top, bottom, len(pieces))] if len(pieces) >= 2 else []
             rows = len(run)
             left = pieces[0][0] if pieces else 0.0
-        previous_bottom = bottom
+        previous_bottom, previous_size = bottom, size
     close_run()
     return blocks
 
