@@ -94,6 +94,22 @@ def test_a_table_of_contents_stays_prose(tmp_path):
         assert tables == [], name
 
 
+def test_an_index_in_two_columns_stays_prose(tmp_path):
+    entries = [("hsv, 39, 50", "line, 141, 155"), ("hypertext, 76", "linecolor, 50, 62"),
+               ("ibeta, 38", "linespoints, 77, 201"), ("image, 74, 195", "lines, 77"), ("imag, 37", "load, 101")]
+    pdf = canvas_module.Canvas(str(tmp_path / "index.pdf"), pagesize=A4)
+    pdf.setFont("Helvetica-Bold", 10)
+    pdf.drawString(72, 780, "INDEX")
+    pdf.drawString(310, 780, "gnuplot 5.4")
+    pdf.setFont("Helvetica", 10)
+    for n, (left, right) in enumerate(entries, start=1):
+        pdf.drawString(72, 780 - 14 * n, left)
+        pdf.drawString(310, 780 - 14 * n, right)
+    pdf.save()
+    _, tables = tables_of(tmp_path / "index.pdf")
+    assert tables == []
+
+
 def test_two_columns_of_prose_stay_prose(tmp_path):
     text = ("the quick survey of every manual page shows that most options are read from the "
             "configuration file before the command line is parsed and applied")
