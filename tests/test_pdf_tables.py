@@ -96,7 +96,8 @@ def test_a_table_of_contents_stays_prose(tmp_path):
 
 def test_an_index_in_two_columns_stays_prose(tmp_path):
     entries = [("hsv, 39, 50", "line, 141, 155"), ("hypertext, 76", "linecolor, 50, 62"),
-               ("ibeta, 38", "linespoints, 77, 201"), ("image, 74, 195", "lines, 77"), ("imag, 37", "load, 101")]
+               ("ibeta, 38", "linespoints, 77, 201"), ("image, 74, 195", "lines, 77"),
+               ("imag, 37", "load, 101")]
     pdf = canvas_module.Canvas(str(tmp_path / "index.pdf"), pagesize=A4)
     pdf.setFont("Helvetica-Bold", 10)
     pdf.drawString(72, 780, "INDEX")
