@@ -154,6 +154,43 @@ def write_docx(folder):
     document.save(folder / "travel.docx")
 
 
+def odf_rows(table, row_type, cell_type, paragraph):
+    for values in [HEADER, *CITIES]:
+        row = row_type()
+        for value in values:
+            cell = cell_type()
+            cell.addElement(paragraph(text=value))
+            row.addElement(cell)
+        table.addElement(row)
+    return table
+
+
+def write_ods(folder):
+    pytest.importorskip("odf")
+    from odf.opendocument import OpenDocumentSpreadsheet
+    from odf.table import Table, TableCell, TableRow
+    from odf.text import P
+
+    document = OpenDocumentSpreadsheet()
+    document.spreadsheet.addElement(odf_rows(Table(name="Rates"), TableRow, TableCell, P))
+    document.save(str(folder / "travel.ods"))
+
+
+def write_odt(folder):
+    pytest.importorskip("odf")
+    from odf.opendocument import OpenDocumentText
+    from odf.table import Table, TableCell, TableColumn, TableRow
+    from odf.text import H, P
+
+    document = OpenDocumentText()
+    document.text.addElement(H(outlinelevel=1, text="Travel"))
+    document.text.addElement(P(text=PROSE))
+    table = Table(name="Rates")
+    table.addElement(TableColumn(numbercolumnsrepeated=3))
+    document.text.addElement(odf_rows(table, TableRow, TableCell, P))
+    document.save(str(folder / "travel.odt"))
+
+
 def build_pdf(path, grid: bool, rows=None):
     """A page of prose, a table (ruled or not) and prose again."""
     pytest.importorskip("reportlab")
@@ -179,8 +216,8 @@ def write_ruled_pdf(folder):
     build_pdf(folder / "travel.pdf", grid=True)
 
 
-WRITERS = [write_csv, write_tsv, write_markdown, write_html, write_xlsx, write_docx, write_pdf,
-           write_ruled_pdf]
+WRITERS = [write_csv, write_tsv, write_markdown, write_html, write_xlsx, write_ods, write_docx, write_odt,
+           write_pdf, write_ruled_pdf]
 
 
 @pytest.mark.slow
