@@ -235,3 +235,28 @@ def test_cell_answers_in_every_format_with_tables(tmp_path, write):
     assert "City: Berlin" in answer.text and Path(answer.citations[0].path).name.startswith("travel.")
     answer = pipeline.ask("What is the hotel cap for Lisbon?")
     assert answer.text.startswith("Hotel cap (EUR) for Lisbon: 110 — "), answer.text
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_cell_answers_with_the_packaged_embedder(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    from funnel.embed.onnx import OnnxEmbedder
+    from funnel.errors import BackendUnavailable
+
+    try:
+        embedder = OnnxEmbedder.default()
+        embedder.warm_up()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    write_pdf(docs)
+    write_csv(docs)
+    pipeline = Pipeline.build(EngineConfig(), store=LanceStore(tmp_path / "index"), embedder=embedder,
+                              reranker=None)
+    assert pipeline.ingest([docs]).problems == []
+    answer = pipeline.ask("What is the per diem for Madrid?")
+    assert answer.text.startswith("Per diem (EUR) for Madrid: 26 — City: Madrid"), answer.text
+    assert pipeline.ask("Which cities are listed?").text.count(" — ") == 0
