@@ -99,6 +99,13 @@ def test_a_value_listing_names_and_a_header_written_as_one_word():
     assert cell is not None and (cell.label, cell.value) == ("Navajo; Navaho", "Dine")
 
 
+def test_every_value_the_question_names_labels_the_row_once():
+    table = chunk("debian.csv", 0, text="x", kind="csv", section_kind=SectionKind.TABLE)
+    line = "version: 12 | codename: Bookworm | series: bookworm | release: 2023-06-10"
+    cell = find_cell("On what date was Debian 12 Bookworm released?", [(line, table)], np.ones(1))
+    assert cell is not None and cell.text.startswith("release for 12, Bookworm: 2023-06-10 — version: 12")
+
+
 def test_a_row_scored_far_below_the_best_passage_is_not_looked_up():
     table = chunk("travel.csv", 0, text=rows_text(), kind="csv", section_kind=SectionKind.TABLE)
     pool = [("City: Berlin | Per diem (EUR): 28", table), (PROSE, chunk("p.txt", 0, text=PROSE))]

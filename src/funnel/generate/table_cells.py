@@ -87,12 +87,22 @@ def find_cell(question: str, pool: list[tuple[str, Chunk]], scores: np.ndarray) 
         share, column = max(columns, default=(0.0, -1))
         if share < MIN_HEADER_SHARE:
             continue
-        label = pairs[min(label_columns)][1]  # the leftmost value named: the row's own name, usually
+        label = _label([pairs[n][1] for n in sorted(label_columns)])
         rank = (share, float(sum(length for length, _ in labels)), float(scores[i]))
         cell = Cell(i, pairs[column][0], label, pairs[column][1], text, chunk)
         if best is None or rank > best[0]:
             best = (rank, cell)
     return best[1] if best is not None else None
+
+
+def _label(values: list[str]) -> str:
+    """The row's values the question names, left to right, each once ("12, Bookworm", not "bookworm" again)."""
+    kept: list[str] = []
+    for value in values:
+        words = f" {' '.join(_WORD.findall(value.lower()))} "
+        if not any(words in f" {' '.join(_WORD.findall(k.lower()))} " for k in kept):
+            kept.append(value)
+    return ", ".join(kept)
 
 
 def cell_answer(question: str, cell: Cell, result: SearchResult, generator: str) -> Answer:
