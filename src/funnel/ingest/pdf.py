@@ -30,7 +30,7 @@ from funnel.errors import IngestError, missing_dependency
 from funnel.ingest.ocr import OcrEngine
 from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
 from funnel.ingest.pdf_ocr import ScannedPages, has_text_layer
-from funnel.ingest.pdf_tables import borderless_tables
+from funnel.ingest.pdf_tables import with_borderless_tables
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -238,7 +238,7 @@ def _read_page(page: Any) -> tuple[list[_Table], list[Line]]:
     found = [
         (t.bbox, rows) for t in page.find_tables() if _is_real_table(rows := t.extract(**_TEXT_OPTIONS))
     ]
-    found += borderless_tables(page, [bbox for bbox, _ in found])
+    found = with_borderless_tables(page, found)
     tables = [
         _Table(top=bbox[1], x0=bbox[0], x1=bbox[2], rows=[[cell or "" for cell in row] for row in rows])
         for bbox, rows in found

@@ -24,6 +24,8 @@ _MIN_ROWS = 3
 _GAP_EMS = 1.0
 # Lines further apart than this many line heights do not belong to one table.
 _ROW_GAP_LINES = 2.5
+# A ruled box with this share of its area inside a table found without rules is a part of that table.
+_WITHIN_SHARE = 0.7
 # Rows of one table are set in one size, to within this ratio.
 _SAME_SIZE_RATIO = 1.15
 # Two columns of prose give cells of whole lines; table cells are mostly short.
@@ -39,6 +41,23 @@ _DOT_LEADER = re.compile(r"(?:\.\s?){4,}|(?:·\s?){3,}|…{2,}")
 _NUMBER = re.compile(r"^[-+−]?[$€£¥]?\d[\d.,:/%]*\s*[%a-zA-Z]{0,3}$")
 _PAGE_LIST = re.compile(r"[^\W\d].*,\s*\d+(?:[–-]\d+)?(?:,\s*\d+(?:[–-]\d+)?)*,?$")
 _MONO = re.compile(r"mono|courier|typewriter|code|consol|\btt|cmtt|lmtt", re.IGNORECASE)
+
+
+def with_borderless_tables(page: Any, ruled: list[tuple[tuple, list]]) -> list[tuple[tuple, list]]:
+    """The page's (bbox, rows) of ruled tables and of tables without rules. A ruled "table" inside a table
+    found without rules is a part of it that has a few rules (columns between two vertical lines), read
+    without its header: the whole table replaces it."""
+    borderless = borderless_tables(page, [bbox for bbox, _ in ruled])
+    kept = [(bbox, rows) for bbox, rows in ruled if not any(_within(bbox, outer) for outer, _ in borderless)]
+    return kept + borderless
+
+
+def _within(inner: tuple, outer: tuple) -> bool:
+    """Whether most of box `inner` lies in box `outer` (a ruled box reaches past the text to its rules)."""
+    width = min(inner[2], outer[2]) - max(inner[0], outer[0])
+    height = min(inner[3], outer[3]) - max(inner[1], outer[1])
+    area = (inner[2] - inner[0]) * (inner[3] - inner[1])
+    return width > 0 and height > 0 and width * height >= _WITHIN_SHARE * area
 
 
 def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]]) -> list[tuple[tuple, list]]:
