@@ -66,6 +66,8 @@ def borderless_tables(page: Any, ruled: list[tuple[float, float, float, float]])
     for top, bottom in _candidate_blocks(page, ruled):
         x0, x1 = float(page.bbox[0]), float(page.bbox[2])
         region = page.crop((x0, top - 1, x1, bottom + 1), strict=False)
+        if _monospaced([c for c in region.chars if c.get("text", "").strip()]):
+            continue  # a code listing aligned with spaces; the cheap test first, the text strategy is not
         try:
             tables = region.find_tables(table_settings=_TEXT_SETTINGS)
         except Exception:  # noqa: BLE001, S112 (the text strategy failed on odd geometry: it stays prose)
@@ -247,13 +249,17 @@ def _looks_like_table(region: Any, table: Any, rows: list[list[str]]) -> bool:
     if sum(n >= _LONG_CELL_WORDS for n in lengths) > _MAX_LONG_SHARE * len(lengths):
         return False
     chars = [c for c in region.chars if _inside(c, table.bbox) and c.get("text", "").strip()]
-    if not chars or all(_MONO.search(str(c.get("fontname", ""))) for c in chars):
+    if not chars or _monospaced(chars):
         return False
     if _cuts_words(region, table, rows) or _gaps_inside_cells(region, table):
         return False
     if _page_numbers(rows):
         return False
     return _header_set_apart(region, table, rows, chars)
+
+
+def _monospaced(chars: list[dict[str, Any]]) -> bool:
+    return all(_MONO.search(str(c.get("fontname", ""))) for c in chars)
 
 
 def _inside(obj: dict[str, Any], bbox: tuple) -> bool:
