@@ -14,6 +14,7 @@ ANSWERABLE_ABSTAIN of the answerable sample would abstain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 FOREIGN_ABSTAIN = 0.8  # the share of foreign questions the threshold aims to abstain on
 ANSWERABLE_ABSTAIN = 0.03  # ... and the most of the answerable sample it may abstain on
 ANSWERABLE_QUERIES = 40
+Progress = Callable[[int, int], None]
 
 
 @cache
@@ -38,11 +40,14 @@ def foreign_questions() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
-def _scores(pipeline: Pipeline, questions: list[str]) -> list[float]:
+def _scores(pipeline: Pipeline, questions: list[str], progress: Progress | None) -> list[float]:
+    """Each question's evidence; `progress(done, total)` after each (it may raise to stop the calibration)."""
     scores = []
-    for question in questions:
+    for done, question in enumerate(questions, start=1):
         result = pipeline.search(question, policy=RerankPolicy.NONE)
         scores.append(measure(question, result, pipeline.store).score)
+        if progress:
+            progress(done, len(questions))
     return scores
 
 
@@ -52,10 +57,10 @@ def _answerable(pipeline: Pipeline, seed: int) -> list[str]:
     return [q.text for q in queries]
 
 
-def abstention_threshold(pipeline: Pipeline, seed: int = 0) -> dict:
+def abstention_threshold(pipeline: Pipeline, seed: int = 0, progress: Progress | None = None) -> dict:
     """The calibration's abstention fields: the threshold, why, and what it abstains on in both samples."""
-    foreign = _scores(pipeline, list(foreign_questions()))
-    answerable = _scores(pipeline, _answerable(pipeline, seed))
+    foreign = _scores(pipeline, list(foreign_questions()), progress)
+    answerable = _scores(pipeline, _answerable(pipeline, seed), progress)
     wanted = float(np.quantile(foreign, FOREIGN_ABSTAIN)) + 0.01
     threshold, reason = DEFAULT_THRESHOLD, "the default"
     if wanted > threshold:

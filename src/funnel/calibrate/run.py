@@ -32,7 +32,7 @@ def calibrate(pipeline: Pipeline, *, seed: int = 0, **options) -> Calibration:
     """`measure_and_choose` (its options: n_queries, kinds, judged, progress), with the abstention threshold
     of this index (`funnel.calibrate.abstain`)."""
     result = measure_and_choose(pipeline, seed=seed, **options)
-    return replace(result, **abstention_threshold(pipeline, seed))
+    return replace(result, **abstention_threshold(pipeline, seed, options.get("progress")))
 
 
 def measure_and_choose(
