@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 
 import httpx
@@ -278,12 +279,16 @@ def test_nothing_of_b_reaches_a_reader_of_a(world):
     assert not leaks, "\n".join(leaks)
 
 
-def test_bad_keys_are_one_line_401s(world):
+def test_bad_keys_are_one_line_401s(world, caplog):
+    caplog.set_level(logging.WARNING, logger="funnel.api.access")
     for headers in ({"X-API-Key": "fk_nothex_abc"}, {"X-API-Key": world.keys["wrong"]},
                     {"Authorization": "Bearer " + world.keys["reader"][:-1] + "Z"}, {"Authorization": "Basic x"}, {}):
         response = httpx.get(world.url + "/v1/collections", headers=headers, timeout=30)
         assert response.status_code == 401 and "\n" not in response.json()["detail"], response.text
         assert response.headers["www-authenticate"] == "Bearer"
+    # Brute force leaves a trail: the address and what was wrong, never the secret.
+    assert caplog.text.count("refused an API key from 127.0.0.1") >= 3
+    assert world.keys["reader"][-43:-1] not in caplog.text
 
 
 def test_revocation_and_expiry(world):

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from funnel.apps.api.errors import Forbidden, Unauthorized, error_response
 from funnel.apps.state.keys import KeyRejected, KeyVerifier, Role
 from funnel.errors import FunnelError, NotFound
 
+log = logging.getLogger("funnel.api.access")
 SCOPE_KEY = "funnel.key"
 LEGACY_ID = "api_key"
 OPEN_PATHS = frozenset({"/", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -131,7 +133,7 @@ class KeyAuth:
         try:
             template, collection = self._route(scope)
             is_open = _is_open(_route_path(scope))
-            principal = await run_in_threadpool(self._who, _presented(scope), is_open)
+            principal = await run_in_threadpool(self._who, _presented(scope), is_open, _client(scope))
             rule = POLICY.get(template, GLOBAL_ADMIN)
             if not is_open and principal is not None:
                 authorize(principal, rule, collection)
@@ -146,7 +148,7 @@ class KeyAuth:
             return
         await self.app(scope, receive, send)
 
-    def _who(self, token: str | None, is_open: bool) -> Principal | None:
+    def _who(self, token: str | None, is_open: bool, client: str) -> Principal | None:
         """The request's key; None when the service is open (no api_key, no key ever made). On an open path
         (the page, /health) a bad or missing key is no error: the request just sees what the open do."""
         if token is not None and self.legacy is not None and hmac.compare_digest(token.encode(), self.legacy):
@@ -160,6 +162,8 @@ class KeyAuth:
             try:
                 record = self.verifier.verify(token)
             except KeyRejected as e:
+                if not is_open:  # a trail for brute force: who tried, and what was wrong (never the secret)
+                    log.warning("refused an API key from %s: %s", client, e)
                 raise Unauthorized(str(e)) from None
         except FunnelError:
             if is_open:
@@ -185,6 +189,11 @@ class KeyAuth:
             if match:
                 return f"{method} {template}", match.groupdict().get("name")
         return None, None
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _presented(scope: Scope) -> str | None:
