@@ -346,3 +346,31 @@ def test_a_key_store_that_cannot_be_read_fails_closed(tmp_path):
             assert response.status_code == 503 and "\n" not in response.json()["detail"], response.text
         assert httpx.get(url + "/health").status_code == 200
         assert json.loads(httpx.get(url + "/health").text)["calibration"] == {}
+
+
+def test_keys_in_postgres_bind_every_server_on_it(tmp_path, pg_dsn):
+    """With --database the keys are in PostgreSQL: a key made on the command line's store works on both
+    servers, its collection scope holds, and a revocation through one is refused by the other in the bound."""
+    from funnel.apps.state.db import Database
+
+    db = Database(pg_dsn)
+    try:
+        store = open_keys(db)
+        admin, reader = new_key("admin", None), new_key("reader", ["a"])
+        store.add(admin.record)
+        store.add(reader.record)
+    finally:
+        db.close()
+    settings = Settings(embedder="hashing", reranker="none", database=pg_dsn, data_dir=tmp_path / "unused")
+    with serving(create_app(settings)) as one, serving(create_app(settings)) as two:
+        as_admin, as_reader = {"X-API-Key": admin.token}, {"X-API-Key": reader.token}
+        for name in ("a", "b"):
+            assert httpx.post(one + "/v1/collections", json={"name": name}, headers=as_admin).status_code == 201
+        assert [c["name"] for c in httpx.get(two + "/v1/collections", headers=as_reader).json()] == ["a"]
+        assert httpx.get(two + "/v1/collections/b/documents", headers=as_reader).status_code == 404
+        assert httpx.get(two + "/v1/collections", timeout=30).status_code == 401
+        assert httpx.delete(f"{one}/v1/keys/{reader.record.id}", headers=as_admin).status_code == 204
+        started = time.monotonic()
+        while httpx.get(two + "/v1/collections", headers=as_reader).status_code == 200:
+            assert time.monotonic() - started < CACHE_TTL_S + 1, "still accepted after the bound"
+            time.sleep(0.1)
