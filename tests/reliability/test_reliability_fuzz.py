@@ -536,6 +536,9 @@ NEAR_VALID = {
     "dimensions": st.one_of(st.none(), st.just(64), st.integers(-3, 2000)),
     "user": st.one_of(st.none(), SHORT_TEXT),
     "title": st.one_of(SHORT_TEXT, st.just(" "), st.just("t" * 201)),
+    "role": st.sampled_from(["reader", "writer", "admin", "Admin", "root", ""]),
+    "collections": st.one_of(st.none(), st.lists(st.one_of(st.just("fz"), SHORT_TEXT), max_size=4)),
+    "expires_days": st.one_of(st.none(), st.floats(allow_nan=False), st.integers(-5, 40000)),
 }
 
 
@@ -571,7 +574,7 @@ def test_api_request_bodies(tally, api):
         "POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings", "POST /v1/collections",
         "POST /v1/collections/{name}/documents",
         "POST /v1/collections/{name}/search", "POST /v1/collections/{name}/ask", "POST /v1/errors",
-        "PATCH /v1/collections/{name}/conversations/{conversation_id}",
+        "PATCH /v1/collections/{name}/conversations/{conversation_id}", "POST /v1/keys",
     }, "a new route with a body: add it to the fuzzing"
     json_bodies = {path: schema for path, (media, schema) in routes.items() if media == "application/json"}
     for route, schema in json_bodies.items():

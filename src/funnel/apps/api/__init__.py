@@ -10,8 +10,9 @@
 - the web page: `GET /` serves `static/index.html`, `/static/...` the files beside it.
 
 Errors are converted once (`errors`): `FunnelError` subclasses map to status codes; validation is a 422
-without the offending input; anything else a 500 without a traceback. With `api_key` set, /v1/*, /api/*
-and /metrics need the key. OpenAPI: `/openapi.json`; docs at `/docs` (Swagger UI loads its assets from a
+without the offending input; anything else a 500 without a traceback. Keys (`access`): with `api_key` set
+or any key made, every route but /health, the page and the docs needs one, and each key may do what its
+role allows on its collections. OpenAPI: `/openapi.json`; docs at `/docs` (Swagger UI loads its assets from a
 CDN).
 """
 
@@ -27,15 +28,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
 import funnel
-from funnel.apps.api import ask, collections, conversations, embeddings, metrics, rerank
+from funnel.apps.api import ask, collections, conversations, embeddings, keys, metrics, rerank
+from funnel.apps.api.access import KeyAuth
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
-from funnel.apps.api.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from funnel.apps.api.middleware import BodyLimit, RequestMetrics
 from funnel.apps.api.rewrite import QueryRewriter
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings
 from funnel.apps.settings import Settings
 from funnel.apps.state.conversations import open_conversations
+from funnel.apps.state.keys import KeyVerifier, open_keys
 from funnel.apps.state.metrics import open_metrics
 from funnel.embed import DEFAULT
 from funnel.embed import load as load_embedder
@@ -87,6 +90,8 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.metrics = open_metrics(db)
     state.conversations = open_conversations(db, settings.serve.data_dir)
     state.rewriter = QueryRewriter(chat)
+    state.keys = KeyVerifier(open_keys(db, settings.serve.data_dir))
+    state.request_hooks = []  # called with each request's key once it is known (access.KeyAuth)
     _add_routes(app)
     _add_middleware(app, settings)
     return app
@@ -144,7 +149,7 @@ def _add_routes(app: FastAPI) -> None:
 
     install_error_handlers(app)
     routers = (metrics.router, rerank.router, embeddings.router, collections.router, ask.router,
-               conversations.router, triage_router)
+               conversations.router, triage_router, keys.router)
     for router in routers:
         app.include_router(router)
     _serve_web_page(app)
@@ -153,8 +158,8 @@ def _add_routes(app: FastAPI) -> None:
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
     app.add_middleware(BodyLimit, upload_bytes=settings.serve.max_upload_mb * 2**20)
-    if settings.serve.api_key is not None:
-        app.add_middleware(ApiKeyAuth, key=settings.serve.api_key.get_secret_value())
+    legacy = settings.serve.api_key.get_secret_value() if settings.serve.api_key is not None else None
+    app.add_middleware(KeyAuth, api=app, verifier=app.state.keys, legacy_key=legacy, hooks=app.state.request_hooks)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     if settings.serve.cors_origins:
         app.add_middleware(

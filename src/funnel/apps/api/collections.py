@@ -33,6 +33,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, File, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 
+from funnel.apps.api.access import principal_of, visible
 from funnel.apps.api.library import Collection, Library
 from funnel.apps.api.schemas import (
     ChunkOut,
@@ -67,8 +68,9 @@ def create_collection(body: CollectionCreate, lib: LibraryDep) -> CollectionOut:
 
 
 @router.get("", response_model=list[CollectionOut], response_model_exclude_none=True)
-def list_collections(lib: LibraryDep) -> list[CollectionOut]:
-    return [CollectionOut(**lib.get(name).summary()) for name in lib.names()]
+def list_collections(lib: LibraryDep, request: Request) -> list[CollectionOut]:
+    """The collections the request's key covers (all of them for an admin, or when the service is open)."""
+    return [CollectionOut(**lib.get(name).summary()) for name in visible(principal_of(request), lib.names())]
 
 
 @router.delete("/{name}", status_code=204)

@@ -45,6 +45,10 @@ class Unauthorized(FunnelError):
     """No API key, or the wrong one."""
 
 
+class Forbidden(FunnelError):
+    """A good key whose role is too low for the route (a collection it does not cover is a NotFound)."""
+
+
 # Most specific first; the first class an error is an instance of decides its status.
 ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
     (UpstreamTimeout, 504),
@@ -53,6 +57,7 @@ ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
     (StoreError, 503),
     (ConfigError, 400),
     (Unauthorized, 401),
+    (Forbidden, 403),
     (NotFound, 404),
     (Conflict, 409),
     (TooLarge, 413),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 import funnel
+from funnel.apps.api.access import principal_of, visible
 
 router = APIRouter(tags=["health"])
 
@@ -15,6 +16,8 @@ router = APIRouter(tags=["health"])
 @router.get("/health")
 def health(request: Request) -> dict:
     state = request.app.state
+    principal = principal_of(request)
+    seen = set(visible(principal, state.library.names()))
     reranker = state.reranker
     chat = state.chat
     return {
@@ -24,10 +27,11 @@ def health(request: Request) -> dict:
         "llm": chat.name if chat else None,
         "generator": state.generator_name,
         "embedder": state.embedder_spec,
-        "collections": len(state.library.names()),
+        # Only the collections the request's key covers (every one when the service is open).
+        "collections": len(visible(principal, state.library.names())),
         # What the second stage does on each collection (the `auto` policy) and why.
-        "calibration": state.library.calibrations(),
-        "auth": state.settings.serve.api_key is not None,
+        "calibration": {n: c for n, c in state.library.calibrations().items() if n in seen},
+        "auth": state.settings.serve.api_key is not None or principal is not None,
         # Where the state is and where searches read the indexes (no user or password).
         "database": _label(state.settings.database.url),
         "search_database": _label(state.settings.database.search_url),

@@ -1,24 +1,20 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it buffers nothing here, so streamed answers and client
-disconnects pass straight through): body size limits, API-key auth, request counting."""
+disconnects pass straight through): body size limits and request counting (keys: `access`)."""
 
 from __future__ import annotations
 
-import hmac
 import re
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from funnel.apps.api.errors import TooLarge, Unauthorized, error_response
+from funnel.apps.api.errors import TooLarge, error_response
 from funnel.apps.state.metrics import Metrics
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 UPLOAD_PATH = re.compile(r"^/v1/collections/[^/]+/documents/?$")
 # Multipart framing around the files: boundaries and part headers.
 MULTIPART_SLACK = 64 * 1024
-# Everything needs the key except these (default deny: a route added later is guarded without a change here).
-OPEN_PATHS = frozenset({"/", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-OPEN_PREFIXES = ("/static/",)
 
 
 class BodyTooLarge(HTTPException):
@@ -77,45 +73,6 @@ class BodyLimit(HttpOnly):
             return message
 
         await self.app(scope, counted, send)
-
-
-class ApiKeyAuth:
-    """With a key configured, every route needs `X-API-Key: KEY` or `Authorization: Bearer KEY` except
-    /health, the web page and the OpenAPI docs (`OPEN_PATHS`), compared after the root path is removed. CORS preflights (OPTIONS) pass: they carry
-    no credentials by design, and the CORS middleware answers them."""
-
-    def __init__(self, app: ASGIApp, key: str):
-        self.app = app
-        self.key = key.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        http = scope["type"] == "http"
-        guarded = http and scope["method"] != "OPTIONS" and not _is_open(_route_path(scope))
-        if guarded and not self._allowed(scope):
-            error = Unauthorized("missing or wrong API key: send it as X-API-Key or Authorization: Bearer")
-            await error_response(error)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    def _allowed(self, scope: Scope) -> bool:
-        given = _header(scope, b"x-api-key")
-        if given is None:
-            scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
-            given = token.strip() if scheme.lower() == "bearer" else None
-        # compare_digest on bytes: the time taken does not tell how much of the key was right.
-        return given is not None and hmac.compare_digest(given.encode(), self.key)
-
-
-def _route_path(scope: Scope) -> str:
-    """The path the app routes on: behind `--root-path /x`, Starlette's path still carries the prefix."""
-    path, root = scope["path"], scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root):] or "/"
-    return path
-
-
-def _is_open(path: str) -> bool:
-    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 class RequestMetrics(HttpOnly):

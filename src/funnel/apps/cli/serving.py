@@ -53,7 +53,7 @@ def serve(
     api = create_app(settings, watch=specs)
     if api.state.reranker is not None and hasattr(api.state.reranker, "warm_up"):
         api.state.reranker.warm_up()  # a broken model fails here, in one line, not inside uvicorn
-    warning = exposure_warning(host, settings.serve.api_key is not None)
+    warning = exposure_warning(host, settings.serve.api_key is not None or _has_keys(api))
     if warning:
         err.print(styled("warning:", "yellow", warning))
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
@@ -66,6 +66,17 @@ def serve(
     for spec in specs:
         err.print(f"watching {spec.folder} as collection {spec.name!r}")
     uvicorn.run(api, host=host, port=port, log_level=log_level)
+
+
+def _has_keys(api) -> bool:
+    """Whether keys made by `funnel keys create` guard the service (a store that cannot be read: it fails
+    closed, so the port is not open either)."""
+    from funnel.errors import FunnelError
+
+    try:
+        return api.state.keys.active()
+    except FunnelError:
+        return True
 
 
 def state_label(settings) -> str:
@@ -177,7 +188,7 @@ def exposure_warning(host: str, has_api_key: bool) -> str | None:
         return None
     return (
         f"listening on {host} with no api_key: anyone who can reach this port can read, upload and delete "
-        "documents; set FUNNEL_SERVE__API_KEY (or api_key in funnel.toml)"
+        "documents; set FUNNEL_SERVE__API_KEY (or api_key in funnel.toml), or make keys with `funnel keys create`"
     )
 
 

@@ -1,0 +1,72 @@
+"""The service's API keys over HTTP, for an admin on every collection (`access.POLICY`):
+
+    POST   /v1/keys   {role, collections?, expires_days?}  -> 201 {id, key, role, collections, created, expires, ...}
+    GET    /v1/keys                                        -> [{id, role, collections, created, expires, revoked, state}]
+    DELETE /v1/keys/{key_id}                               -> 204; 404 for an id the store does not know
+
+The key (`key`) is in the 201's body only: the store keeps its hash. A revocation is seen by this process at
+once and by every other within the store's cache bound (5 s, `funnel.apps.state.keys.CACHE_TTL_S`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from funnel.apps.state.keys import KeyVerifier, new_key
+from funnel.errors import NotFound
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    role: Literal["reader", "writer", "admin"]
+    collections: list[str] | None = Field(None, max_length=1000, description="none or left out: every collection")
+    expires_days: float | None = Field(None, gt=0, le=36500)
+
+
+class KeyOut(BaseModel):
+    id: str
+    role: str
+    collections: list[str] | Literal["all"]
+    created: str
+    expires: str | None
+    revoked: str | None
+    state: str
+
+
+class NewKeyOut(KeyOut):
+    key: str = Field(description="shown this once; only its hash is kept")
+
+
+def _verifier(request: Request) -> KeyVerifier:
+    return request.app.state.keys
+
+
+@router.post("", status_code=201, response_model=NewKeyOut)
+async def create_key(body: KeyCreate, request: Request) -> NewKeyOut:
+    made = new_key(body.role, body.collections, body.expires_days)
+    verifier = _verifier(request)
+    await run_in_threadpool(verifier.store.add, made.record)
+    verifier.forget(made.record.id)
+    return NewKeyOut(**made.record.public(time.time()), key=made.token)
+
+
+@router.get("", response_model=list[KeyOut])
+async def list_keys(request: Request) -> list[KeyOut]:
+    now = time.time()
+    return [KeyOut(**k.public(now)) for k in await run_in_threadpool(_verifier(request).store.list)]
+
+
+@router.delete("/{key_id}", status_code=204)
+async def revoke_key(key_id: str, request: Request) -> Response:
+    verifier = _verifier(request)
+    record = await run_in_threadpool(verifier.store.revoke, key_id[:64], time.time())
+    if record is None:
+        raise NotFound(f"no key {key_id[:40]!r}")
+    verifier.forget(record.id)
+    return Response(status_code=204)

@@ -1,0 +1,96 @@
+"""`funnel keys create|list|revoke`: the service's API keys, in the data dir's `keys.sqlite` or, with
+`--database`, the service's PostgreSQL (see `funnel.apps.state.keys`). A running server sees a new or
+revoked key within the store's cache bound (5 s)."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from funnel.apps.cli.common import JsonOpt, app, out, settings_from
+from funnel.errors import NotFound
+
+keys_app = typer.Typer(no_args_is_help=True, help="API keys: reader, writer or admin, on some collections or all.")
+app.add_typer(keys_app, name="keys")
+
+DataDirOpt = Annotated[Path | None, typer.Option(help="the service's data dir \\[env FUNNEL_SERVE__DATA_DIR]")]
+DatabaseOpt = Annotated[str | None, typer.Option(help="the service's PostgreSQL \\[env FUNNEL_DATABASE__URL]")]
+
+
+@contextmanager
+def _store(data_dir: Path | None, database: str | None):
+    from funnel.apps.api.library import open_database
+    from funnel.apps.state.keys import open_keys
+
+    settings = settings_from(data_dir=data_dir, database=database)
+    db = open_database(settings)
+    try:
+        yield open_keys(db, settings.serve.data_dir), (db.label if db is not None else str(settings.serve.data_dir))
+    finally:
+        if db is not None:
+            db.close()
+
+
+def _line(row: dict) -> str:
+    names = row["collections"] if isinstance(row["collections"], str) else ",".join(row["collections"])
+    return (f"{row['id']}  {row['role']:<6}  {row['state']:<7}  collections={names}  created={row['created']}  "
+            f"expires={row['expires'] or 'never'}")
+
+
+@keys_app.command("create")
+def create(
+    role: Annotated[str, typer.Option(help="reader, writer or admin")],
+    collection: Annotated[list[str] | None, typer.Option(
+        "--collection", help="a collection the key may use (repeatable); none: every collection")] = None,
+    expires: Annotated[float | None, typer.Option(help="days until the key stops working")] = None,
+    data_dir: DataDirOpt = None,
+    database: DatabaseOpt = None,
+) -> None:
+    """Make a key and print it, alone, on the last line. It is shown only this once: only its hash is kept."""
+    from funnel.apps.state.keys import new_key
+
+    made = new_key(role, collection or None, expires)
+    with _store(data_dir, database) as (store, where):
+        store.add(made.record)
+    out.print(_line(made.record.public(time.time())) + f"  (in {where}; the key is shown only once)")
+    out.print(made.token)
+
+
+@keys_app.command("list")
+def list_keys(data_dir: DataDirOpt = None, database: DatabaseOpt = None, as_json: JsonOpt = False) -> None:
+    """Every key made, revoked and expired ones included; never a secret."""
+    now = time.time()
+    with _store(data_dir, database) as (store, where):
+        rows = [k.public(now) for k in store.list()]
+    if as_json:
+        out.print(json.dumps(rows))
+        return
+    if not rows:
+        out.print(f"no keys in {where}: the service is open unless [serve] api_key is set")
+        return
+    for row in rows:
+        out.print(_line(row))
+
+
+@keys_app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="the key's id (the 12 characters after fk_), or the whole key")],
+    data_dir: DataDirOpt = None,
+    database: DatabaseOpt = None,
+) -> None:
+    """Revoke a key: every server refuses it within 5 s. It stays listed, as revoked."""
+    from funnel.apps.state.keys import CACHE_TTL_S, parse_token
+
+    parsed = parse_token(key_id.strip())
+    key_id = parsed[0] if parsed else key_id.strip().removeprefix("fk_")
+    with _store(data_dir, database) as (store, _):
+        record = store.revoke(key_id, time.time())
+    if record is None:
+        raise NotFound(f"no key {key_id[:40]!r} (funnel keys list shows them)")
+    out.print(f"revoked; every server refuses it within {CACHE_TTL_S:g} s")
+    out.print(record.id)

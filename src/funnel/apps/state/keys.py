@@ -1,0 +1,152 @@
+"""API keys: who may read, write or administer which collections (`funnel keys`, `/v1/keys`).
+
+A key is `fk_<id>_<secret>`: the id (12 hex characters) is public and names the key in lists, logs and
+`funnel keys revoke`; the secret (256 random bits) is shown once, when the key is made, and never stored.
+A key has a role (reader < writer < admin), a set of collections or all of them, a creation time, an
+optional expiry, and a revocation time once revoked.
+
+Hashing: the store keeps a per-key random salt and `scrypt(secret, salt)` (hashlib, i.e. OpenSSL). The
+secret has 256 bits of entropy, so no cost factor is what protects it from guessing; scrypt is there so a
+copied table cannot be checked against guesses at hash speed, and its cost is kept low (N=2^12, r=8: 4 MiB,
+about 10 ms) because every wrong key a client sends pays it once. No pepper: the processes of a shared
+service would all need the same one, one more secret to distribute and get wrong. Hashes are compared
+with `hmac.compare_digest`, and a key id the store does not know is hashed against a dummy, so a wrong
+secret and an unknown id take the same time and get the same answer.
+
+Revocation bound: each process caches what it read about a key id for `CACHE_TTL_S` (5 s), so a key revoked
+anywhere (CLI, another process, the API) is refused by every process within 5 s. The same bound holds for
+whether the store has any key at all (`KeyVerifier.active`): a service with no key and no `api_key` is
+open, as before keys existed; its first key closes it within 5 s. Revoked keys stay listed, so revoking the
+last key never reopens the service.
+
+Where: `EmbeddedKeys` (`keys_sql`) in `DATA_DIR/keys.sqlite`; `PostgresKeys` in the service's PostgreSQL,
+shared by every process. `open_keys` chooses. A store that cannot be read is a StoreError (503): requests
+are refused, never let through (fail closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from funnel.apps.state.key_records import (
+    CACHE_TTL_S,
+    DUMMY_DIGEST,
+    DUMMY_SALT,
+    FILE_NAME,
+    PREFIX,
+    KeyRecord,
+    KeyRejected,
+    NewKey,
+    Role,
+    hash_secret,
+    new_key,
+    parse_token,
+)
+from funnel.apps.state.keys_sql import EmbeddedKeys, PostgresKeys
+
+__all__ = ["CACHE_TTL_S", "EmbeddedKeys", "KeyRecord", "KeyRejected", "KeyStore", "KeyVerifier", "NewKey",
+           "PostgresKeys", "Role", "hash_secret", "new_key", "open_keys", "parse_token"]
+
+
+class KeyStore(Protocol):
+    """Where keys are kept (`open_keys` chooses). Every verb may raise StoreError (the store is down)."""
+
+    def add(self, record: KeyRecord) -> None: ...
+
+    def get(self, key_id: str) -> KeyRecord | None: ...
+
+    def list(self) -> list[KeyRecord]:
+        """Every key ever made, revoked ones included, oldest first."""
+
+    def revoke(self, key_id: str, now: float) -> KeyRecord | None:
+        """Marks the key revoked (once: a second revoke keeps the first time); None for an unknown id."""
+
+    def any(self) -> bool:
+        """Whether a key was ever made (reads only; an embedded store that has no file yet has none)."""
+
+
+class KeyVerifier:
+    """Checks presented keys against a store, caching what it read for `ttl` seconds (the revocation bound).
+
+    `verify(token)` returns the key's record or raises KeyRejected (one line) or StoreError. A key that
+    verified is remembered, for at most `ttl`, by an HMAC of the token under a per-process random key, so a
+    request with a good key does not pay scrypt every time and no secret is kept in memory."""
+
+    def __init__(self, store: KeyStore, ttl: float = CACHE_TTL_S, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
+        self.store, self.ttl, self.clock, self.wall = store, ttl, clock, wall
+        self._records: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._good: dict[bytes, tuple[float, str]] = {}
+        self._active: tuple[float, bool] | None = None
+        self._memo = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+
+    def active(self) -> bool:
+        """Whether the store holds any key (then every guarded request needs one)."""
+        now = self.clock()
+        cached = self._active
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        found = self.store.any()
+        self._active = (now, found)
+        return found
+
+    def verify(self, token: str) -> KeyRecord:
+        parsed = parse_token(token)
+        if parsed is None:
+            raise KeyRejected(f"malformed API key: funnel keys look like {PREFIX}<12 hex>_<43 characters>")
+        key_id, secret = parsed
+        record = self._record(key_id)
+        memo = hmac.new(self._memo, token.encode(), hashlib.sha256).digest()
+        with self._lock:
+            remembered = self._good.get(memo)
+        now = self.clock()
+        if remembered is None or now - remembered[0] >= self.ttl or record is None:
+            # The same work whether or not the id exists: the answer and its time tell nothing about it.
+            digest = hash_secret(secret, record.salt if record is not None else DUMMY_SALT)
+            right = hmac.compare_digest(digest, record.digest if record is not None else DUMMY_DIGEST)
+            if record is None or not right:
+                raise KeyRejected("wrong API key")
+            with self._lock:
+                if len(self._good) > 10_000:
+                    self._good.clear()
+                self._good[memo] = (now, key_id)
+        state = record.state(self.wall())
+        if state != "active":
+            raise KeyRejected(f"API key {key_id} is {state}")
+        return record
+
+    def forget(self, key_id: str) -> None:
+        """This process's own revocation is seen at once (others within `ttl`)."""
+        with self._lock:
+            self._records.pop(key_id, None)
+
+    def _record(self, key_id: str) -> KeyRecord | None:
+        now = self.clock()
+        with self._lock:
+            cached = self._records.get(key_id)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        record = self.store.get(key_id)
+        with self._lock:
+            if len(self._records) > 10_000:
+                self._records.clear()
+            self._records[key_id] = (now, record)
+        return record
+
+
+def open_keys(db, data_dir: Path | str | None = None) -> KeyStore:
+    """The service's keys: in the service database `db` when there is one, else `keys.sqlite` under
+    `data_dir`. Nothing is opened here."""
+    if db is None:
+        if data_dir is None:
+            raise ValueError("embedded keys need the service's data dir")
+        return EmbeddedKeys(Path(data_dir) / FILE_NAME)
+    return PostgresKeys(db)
