@@ -60,6 +60,7 @@ ROUTES = {
     "POST /v1/keys": ("admin", False, 201),
     "GET /v1/keys": ("admin", False, 200),
     "DELETE /v1/keys/{key_id}": ("admin", False, 204),
+    "GET /v1/keys/me": ("reader", False, 200),  # every key, its own id, role and collections
 }
 NOBODY = "0123456789abcdef"  # an id no document or conversation has
 RANK = {"reader": 0, "writer": 1, "admin": 2}
@@ -205,6 +206,16 @@ def test_the_legacy_key_is_an_admin_on_everything(world):
         assert c.get("/v1/keys").status_code == 200 and c.get("/metrics").status_code == 200
 
 
+def test_a_key_reads_its_own_role_and_collections(world):
+    """GET /v1/keys/me, what the web page shows and hides by: the key's id, role and collections, no secret."""
+    me = world.client("reader").get("/v1/keys/me").json()
+    assert me["role"] == "reader" and me["collections"] == ["a"] and set(me) == {"id", "role", "collections"}
+    assert world.keys["reader"].split("_")[1] == me["id"]
+    assert world.client("admin").get("/v1/keys/me").json()["collections"] == "all"
+    with httpx.Client(base_url=world.url, headers={"X-API-Key": LEGACY}, timeout=30) as legacy:
+        assert legacy.get("/v1/keys/me").json() == {"id": "api_key", "role": "admin", "collections": "all"}
+
+
 def _leaks(text: str) -> list[str]:
     return [w for w in B_WORDS if w.lower() in text.lower()]
 
@@ -327,6 +338,7 @@ def test_open_without_keys_and_closed_by_the_first(tmp_path):
     settings = Settings(embedder="hashing", reranker="none", data_dir=tmp_path)
     with serving(create_app(settings)) as url:
         assert httpx.get(url + "/v1/collections").status_code == 200, "no key, no api_key: open, as before"
+        assert httpx.get(url + "/v1/keys/me").json() == {"id": None, "role": "open", "collections": "all"}
         refused = httpx.post(url + "/v1/keys", json={"role": "admin"})
         assert refused.status_code == 403 and "funnel keys create" in refused.json()["detail"]
         assert not (tmp_path / "keys.sqlite").exists()

@@ -75,6 +75,7 @@ POLICY: dict[str, Rule] = {
     "GET /v1/incidents": Rule(A, False), "GET /v1/incidents/{incident_id}": Rule(A, False),
     "POST /v1/keys": Rule(A, False, True), "GET /v1/keys": Rule(A, False, True),
     "DELETE /v1/keys/{key_id}": Rule(A, False, True),
+    "GET /v1/keys/me": Rule(R, False),  # the caller's own key: what the web page may show
     # One collection's.
     f"DELETE {_C}": Rule(A, True),
     f"GET {_C}/documents": Rule(R, True), f"GET {_C}/documents/{{doc_id}}": Rule(R, True),

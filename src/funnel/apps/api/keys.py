@@ -1,5 +1,6 @@
 """The service's API keys over HTTP, for an admin on every collection (`access.POLICY`):
 
+    GET    /v1/keys/me                                     -> {id, role, collections}: the caller's own key (any key)
     POST   /v1/keys   {role, collections?, expires_days?}  -> 201 {id, key, role, collections, created, expires, ...}
     GET    /v1/keys                                        -> [{id, role, collections, created, expires, revoked, state}]
     DELETE /v1/keys/{key_id}                               -> 204; 404 for an id the store does not know
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from funnel.apps.api.access import principal_of
 from funnel.apps.state.keys import KeyVerifier, new_key
 from funnel.errors import NotFound
 
@@ -39,12 +41,28 @@ class KeyOut(BaseModel):
     state: str
 
 
+class MeOut(BaseModel):
+    id: str | None = Field(description="the key's id; `api_key` for the legacy key; null on an open service")
+    role: Literal["reader", "writer", "admin", "open"] = Field(description="open: the service has no keys")
+    collections: list[str] | Literal["all"]
+
+
 class NewKeyOut(KeyOut):
     key: str = Field(description="shown this once; only its hash is kept")
 
 
 def _verifier(request: Request) -> KeyVerifier:
     return request.app.state.keys
+
+
+@router.get("/me", response_model=MeOut)
+def who_am_i(request: Request) -> MeOut:
+    """What the web page may show: the caller's key, its role and its collections (never a secret)."""
+    principal = principal_of(request)
+    if principal is None:
+        return MeOut(id=None, role="open", collections="all")
+    names = sorted(principal.collections) if principal.collections is not None else "all"
+    return MeOut(id=principal.id, role=principal.role.value, collections=names)
 
 
 @router.post("", status_code=201, response_model=NewKeyOut)
