@@ -250,15 +250,15 @@ def test_api_key_is_asked_for_and_kept(tmp_path, page):
     key = "web-page-test-key"
     with serving(create_app(settings(tmp_path, api_key=key))) as url:
         page.goto(url + "/")
-        expect(page.locator("#notice")).to_contain_text("API key")
+        expect(page.locator("#key-status")).to_contain_text("API key")
         expect(page.locator("#api-key")).to_be_visible()  # the settings open by themselves
         page.fill("#api-key", key)
         page.press("#api-key", "Enter")
-        expect(page.locator("#notice")).to_be_hidden()
+        expect(page.locator("#key-status")).to_be_hidden()
         expect(page.locator("#documents-empty")).to_be_visible()
         expect(page.locator("#collection")).to_contain_text("default")
 
-        page.reload()  # kept in localStorage
+        page.reload()  # kept for the tab (sessionStorage; tests/test_web_page_keys.py has the rest)
         expect(page.locator("#collection")).to_contain_text("default (0 documents)")
         expect(page.locator("#notice")).to_be_hidden()
 

@@ -1,6 +1,6 @@
 """The service's API keys over HTTP, for an admin on every collection (`access.POLICY`):
 
-    GET    /v1/keys/me                                     -> {id, role, collections}: the caller's own key (any key)
+    GET    /v1/keys/me                                     -> {id, role, collections}: any key, its own
     POST   /v1/keys   {role, collections?, expires_days?}  -> 201 {id, key, role, collections, created, expires, ...}
     GET    /v1/keys                                        -> [{id, role, collections, created, expires, revoked, state}]
     DELETE /v1/keys/{key_id}                               -> 204; 404 for an id the store does not know
@@ -42,7 +42,7 @@ class KeyOut(BaseModel):
 
 
 class MeOut(BaseModel):
-    id: str | None = Field(description="the key's id; `api_key` for the legacy key; null on an open service")
+    id: str | None = Field(description="the key's id; `api_key` for the legacy key; null when open")
     role: Literal["reader", "writer", "admin", "open"] = Field(description="open: the service has no keys")
     collections: list[str] | Literal["all"]
 

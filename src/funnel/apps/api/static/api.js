@@ -1,7 +1,8 @@
-// funnel's HTTP API as the page uses it: fetch with the stored API key, errors as one readable line,
-// and server-sent events read from a POST response (EventSource can only GET).
+// funnel's HTTP API as the page uses it: fetch with the API key kept for this tab, errors as one readable
+// line, and server-sent events read from a POST response (EventSource can only GET).
 
 const KEY_STORAGE = "funnel.apiKey";
+const LINE_CHARS = 300;
 
 // A readable line from any error body: FastAPI's {detail: "..."} or {detail: [{loc, msg}]}, or plain text.
 export function describeDetail(detail) {
@@ -16,30 +17,54 @@ export function describeDetail(detail) {
       return String(d);
     }).join("; ");
   }
-  if (typeof detail === "object") return detail.detail ? describeDetail(detail.detail) : JSON.stringify(detail);
+  if (typeof detail === "object") {
+    const inner = detail.detail ?? detail.message ?? detail.msg;
+    return inner !== undefined ? describeDetail(inner) : "";  // never the raw object
+  }
   return String(detail);
 }
 
+/** One line of at most LINE_CHARS: what an error shows, whatever the server (or a proxy before it) sent. */
+export function oneLine(text) {
+  const line = String(text ?? "").replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim();
+  return line.length > LINE_CHARS ? `${line.slice(0, LINE_CHARS - 1)}…` : line;
+}
+
 export class ApiError extends Error {
-  constructor(status, message) {
-    super(message);
+  /** `detail`: the server's own line; `message` adds the status. */
+  constructor(status, detail) {
+    super(status ? `${detail} (HTTP ${status})` : detail);
     this.status = status;
+    this.detail = detail;
   }
 }
 
+// The key lives in sessionStorage: it goes when the tab closes, and other tabs never see it. A key an older
+// page kept in localStorage is moved here once, so it no longer outlives the browser session.
+let memoryKey = "";  // storage disabled: the key lasts until the page is left
+
 export function apiKey() {
-  try { return localStorage.getItem(KEY_STORAGE) || ""; } catch { return ""; }
+  try {
+    const old = localStorage.getItem(KEY_STORAGE);
+    if (old !== null) {
+      localStorage.removeItem(KEY_STORAGE);
+      if (!sessionStorage.getItem(KEY_STORAGE)) sessionStorage.setItem(KEY_STORAGE, old);
+    }
+    return sessionStorage.getItem(KEY_STORAGE) || "";
+  } catch { return memoryKey; }
 }
 
 export function setApiKey(key) {
+  memoryKey = key || "";
   try {
-    if (key) localStorage.setItem(KEY_STORAGE, key); else localStorage.removeItem(KEY_STORAGE);
-  } catch { /* storage disabled: the key lasts until the page is left */ }
+    if (key) sessionStorage.setItem(KEY_STORAGE, key); else sessionStorage.removeItem(KEY_STORAGE);
+  } catch { /* memoryKey holds it */ }
 }
 
 let onUnauthorised = () => {};
 
-/** `handler` runs on every 401/403, e.g. to open the field where the key is set. */
+/** `handler(line)` runs on every 401 (no key, or one the server refused), to ask for a key. A 403 (the key's
+ * role may not do this) or a 404 (a collection it does not cover) is only the failed action's line. */
 export function whenUnauthorised(handler) {
   onUnauthorised = handler;
 }
@@ -47,12 +72,9 @@ export function whenUnauthorised(handler) {
 async function errorFrom(response) {
   let message = "";
   const text = await response.text().catch(() => "");
-  try { message = describeDetail(JSON.parse(text).detail); } catch { message = text.trim().slice(0, 500); }
-  if (response.status === 401 || response.status === 403) {
-    message = `${message || "not authorised"} — set the server's API key under "API key" at the top.`;
-    onUnauthorised();
-  }
-  return new ApiError(response.status, `${message || response.statusText || "request failed"} (HTTP ${response.status})`);
+  try { message = oneLine(describeDetail(JSON.parse(text).detail)); } catch { message = oneLine(text); }
+  if (response.status === 401) onUnauthorised(message);
+  return new ApiError(response.status, message || response.statusText || "request failed");
 }
 
 export async function api(path, options = {}) {

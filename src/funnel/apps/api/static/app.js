@@ -1,12 +1,13 @@
 // funnel's web page: ask with streamed answers and clickable citations, upload and list documents,
 // incidents. Plain DOM and ES modules, no framework, no build step. Every server string reaches the page
 // as text (the `h` helper, textContent), never through innerHTML.
-import { api, apiJson, apiKey, describeDetail, setApiKey, sseEvents, whenUnauthorised } from "./api.js";
+import { api, apiJson, apiKey, describeDetail, sseEvents } from "./api.js";
 import { formatBytes, formatTime, h, where } from "./dom.js";
 import { initChats } from "./chats.js";
 import { markAbstention } from "./abstain.js";
 import { refreshCalibration, startCalibration } from "./calibration.js";
 import { chosenDocuments, clearChoice, keepListed, pickCell, startPicker } from "./picker.js";
+import { covers, may, startKeys } from "./keys.js";
 
 const POLL_MS = [700, 1000, 1500, 2500];  // back off while documents stay queued/ingesting
 const FLAG_HELP = {
@@ -21,7 +22,7 @@ const FLAG_HELP = {
 const $ = (id) => document.getElementById(id);
 
 const state = {
-  collection: "default",
+  collection: "default",  // null: the key sees no collection
   conversationId: null,
   asking: null,        // AbortController of the answer being streamed
   pollTimer: null,
@@ -179,11 +180,15 @@ function reopenConversation(id, turns) {
   }
 }
 
-function newConversation() {
+function clearConversation() {
   if (state.asking) state.asking.abort();
   state.conversationId = null;
   $("conversation").replaceChildren();
   hidePassage();
+}
+
+function newConversation() {
+  clearConversation();
   $("question").focus();
 }
 
@@ -262,24 +267,32 @@ function hidePassage() {
 
 // --- collections and documents ----------------------------------------------------------------------
 
+/** The collections the key may use: those the server lists (only the key's), and where it may write, those
+ * an upload would make ("default", or its own named ones). Picks one if the current one is not among them. */
 async function loadCollections() {
   const select = $("collection");
-  let names = ["default"];
+  let collections = [];
   try {
-    const collections = await apiJson("/v1/collections");
-    names = collections.map((c) => c.name);
-    if (!names.includes("default")) names.unshift("default");
-    select.replaceChildren(...names.map((name) => {
-      const c = collections.find((x) => x.name === name);
-      const count = c ? ` (${c.documents} document${c.documents === 1 ? "" : "s"})` : "";
-      return h("option", { value: name }, name + count);
-    }));
+    collections = await apiJson("/v1/collections");
   } catch (e) {
+    if (e.status === 401) return;  // the key is asked for again
     notice(`Cannot list collections: ${e.message}`);
-    select.replaceChildren(h("option", { value: "default" }, "default"));
   }
-  if (!names.includes(state.collection)) select.append(h("option", { value: state.collection }, state.collection));
-  select.value = state.collection;
+  const names = collections.map((c) => c.name);
+  const makeable = !may.write ? [] : may.collections === "all" ? ["default"] : may.collections;
+  for (const name of makeable) if (!names.includes(name)) names.push(name);
+  if (state.collection && covers(state.collection) && may.write && !names.includes(state.collection)) {
+    names.push(state.collection);  // just made: not listed until it holds a document
+  }
+  select.replaceChildren(...names.map((name) => {
+    const c = collections.find((x) => x.name === name);
+    const count = c ? ` (${c.documents} document${c.documents === 1 ? "" : "s"})` : "";
+    return h("option", { value: name }, name + count);
+  }));
+  if (!names.includes(state.collection)) useCollection(names.includes("default") ? "default" : names[0] ?? null);
+  if (state.collection) select.value = state.collection;
+  else notice("This key covers no collection with documents yet: ask an admin to fill one.");
+  $("ask").disabled = !state.collection;
 }
 
 function statusCell(doc) {
@@ -301,7 +314,7 @@ function renderDocuments(docs) {
     h("td", { class: "num" }, formatBytes(doc.bytes)),
     h("td", {}, formatTime(doc.uploaded_at)),
     h("td", {}, h("button", {
-      type: "button", class: "delete", "aria-label": `Delete ${doc.filename || doc.id}`,
+      type: "button", class: "delete needs-write", "aria-label": `Delete ${doc.filename || doc.id}`,
       onclick: () => deleteDocument(doc),
     }, "Delete")))));
   $("documents").hidden = docs.length === 0;
@@ -382,14 +395,18 @@ async function createCollection() {
   await loadCollections();
 }
 
-function selectCollection(name) {
-  if (name === state.collection) return;
+function useCollection(name) {
   state.collection = name;
-  $("docs-collection").textContent = name;
+  $("docs-collection").textContent = name ?? "—";
   $("upload-status").textContent = "";
-  newConversation();  // a conversation belongs to one collection
+  clearConversation();  // a conversation belongs to one collection
   clearChoice();  // so does a choice of documents
   state.pollStep = 0;
+}
+
+function selectCollection(name) {
+  if (name === state.collection) return;
+  useCollection(name);
   loadDocuments();
   chats.refresh();
 }
@@ -433,35 +450,39 @@ async function loadHealth() {
     if (health.generator) parts.push(`generator ${health.generator}`);
     if (health.llm) parts.push(`llm ${health.llm}`);
     $("health").textContent = parts.join(" · ");
-    if (health.auth && !apiKey()) $("settings").open = true;
   } catch (e) {
     $("health").textContent = `server unreachable: ${e.message}`;
   }
 }
 
-function refreshAll() {
+async function refreshAll() {
   notice("");
-  loadCollections();
-  loadDocuments();
-  // Only what this server serves: without a triage repository /v1/incidents answers 503.
-  if (state.features.triage) loadIncidents(); else $("incidents-section").hidden = true;
-  chats.refresh();
+  await loadCollections();  // which collection is shown depends on the key's
+  if (!may.known) return;
+  if (state.collection) {
+    loadDocuments();
+    chats.refresh();
+  }
+  // Only what this server serves (without a triage repository /v1/incidents answers 503) and the key may read.
+  if (state.features.triage && may.manage) loadIncidents(); else $("incidents-section").hidden = true;
+}
+
+/** The key is gone or refused: nothing it saw stays on the page. */
+function forgetPage() {
+  clearTimeout(state.pollTimer);
+  state.collection = null;  // a reply still under way for the old key is dropped
+  clearConversation();
+  $("collection").replaceChildren();
+  renderDocuments([]);
+  $("chats-list").replaceChildren();
+  $("incidents-section").hidden = true;
+  $("upload-status").textContent = "";
+  $("calibration-status").textContent = "";
+  notice("");
 }
 
 function start() {
-  $("api-key").value = apiKey();
-  whenUnauthorised(() => { $("settings").open = true; });
-  $("key-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    setApiKey($("api-key").value.trim());
-    $("settings").open = false;
-    refreshAll();
-  });
-  $("key-clear").addEventListener("click", () => {
-    setApiKey("");
-    $("api-key").value = "";
-    refreshAll();
-  });
+  const identify = startKeys({ known: refreshAll, lost: forgetPage });
 
   $("collection").addEventListener("change", (e) => selectCollection(e.target.value));
   $("collection-new").addEventListener("click", createCollection);
@@ -510,7 +531,8 @@ function start() {
   startCalibration(() => colUrl());
   startPicker();
 
-  loadHealth().then(refreshAll);  // the features it reports decide what the page asks for
+  // The features the server reports, then the key's role, decide what the page asks for.
+  loadHealth().then(identify);
 }
 
 start();  // a module runs after the document is parsed

@@ -33,9 +33,9 @@ export function initChats({ url, current, reopen, forget }) {
     return h("li", { class: "chat", "data-id": chat.id },
       open,
       h("span", { class: "muted small" }, ` ${formatTime(chat.updated_at)} · ${turns} `),
-      h("button", { type: "button", class: "chat-rename small", "aria-label": `Rename ${chat.title}`,
+      h("button", { type: "button", class: "chat-rename small needs-write", "aria-label": `Rename ${chat.title}`,
         onclick: () => renameChat(chat) }, "Rename"),
-      h("button", { type: "button", class: "delete chat-delete small", "aria-label": `Delete ${chat.title}`,
+      h("button", { type: "button", class: "delete chat-delete small needs-write", "aria-label": `Delete ${chat.title}`,
         onclick: () => deleteChat(chat) }, "Delete"));
   }
 
