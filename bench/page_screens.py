@@ -6,7 +6,8 @@ FUNNEL_SCREENSHOTS set, so each state they check is also kept, and a summary say
 
 The states (each one asserted by the test that takes it, in Debian's chromium-headless-shell against funnel's
 real app on 127.0.0.1): empty-load (a fresh server, no request answering 400 or more), calibrated and
-calibrating (the Calibrate button), answer-with-citations, abstention, ask-only-these, error. Needs what
+calibrating (the Calibrate button), answer-with-citations, abstention, ask-only-these, error; on a service
+with keys, keys-prompt (asked for a key), keys-reader (a reader of one collection) and keys-admin. Needs what
 `make browser` installs; without it the tests skip and this says so.
 """
 
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_web_page.py", "tests/test_web_page_states.py"]
+TESTS = ["tests/test_web_page.py", "tests/test_web_page_states.py", "tests/test_web_page_keys.py"]
 
 
 def main() -> int:
