@@ -539,6 +539,8 @@ NEAR_VALID = {
     "role": st.sampled_from(["reader", "writer", "admin", "Admin", "root", ""]),
     "collections": st.one_of(st.none(), st.lists(st.one_of(st.just("fz"), SHORT_TEXT), max_size=4)),
     "expires_days": st.one_of(st.none(), st.floats(allow_nan=False), st.integers(-5, 40000)),
+    "rpm": st.one_of(st.none(), st.integers(-5, 2_000_000), st.floats(allow_nan=False)),
+    "upload_mb_per_day": st.one_of(st.none(), st.floats(allow_nan=False), st.integers(-5, 20_000_000)),
 }
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model, model_validator
-from pydantic_settings import (
-    BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource,
-)
+from pydantic_settings import (BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict,
+                               TomlConfigSettingsSource)
 
+from funnel.apps.state.limits import LimitsConfig
 from funnel.config import range_text, setting
 from funnel.engine_config import (AnswerConfig, EngineConfig, GroupingConfig, IngestConfig, LlmConfig,
                                   RerankConfig)
@@ -86,7 +86,7 @@ SECTIONS: dict[str, tuple[type, ...]] = {
     "llm": (LlmConfig,),
     "answer": (AnswerConfig,),
     "ingest": (IngestConfig,),
-    "serve": (ServeConfig,),
+    "serve": (ServeConfig, LimitsConfig),
     "triage": (TriageConfig,),
     "slack": (SlackConfig,),
     "database": (DatabaseConfig,),

@@ -31,6 +31,7 @@ import funnel
 from funnel.apps.api import ask, collections, conversations, embeddings, keys, metrics, rerank
 from funnel.apps.api.access import KeyAuth
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
+from funnel.apps.api.limits import AuthGuard, KeyLimits
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
 from funnel.apps.api.middleware import BodyLimit, RequestMetrics
 from funnel.apps.api.rewrite import QueryRewriter
@@ -39,6 +40,7 @@ from funnel.apps.factory import build_chat, build_generator, reranker_from_setti
 from funnel.apps.settings import Settings
 from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.keys import KeyVerifier, open_keys
+from funnel.apps.state.limits import open_counters
 from funnel.apps.state.metrics import open_metrics
 from funnel.embed import DEFAULT
 from funnel.embed import load as load_embedder
@@ -91,7 +93,11 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.conversations = open_conversations(db, settings.serve.data_dir)
     state.rewriter = QueryRewriter(chat)
     state.keys = KeyVerifier(open_keys(db, settings.serve.data_dir))
-    state.request_hooks = []  # called with each request's key once it is known (access.KeyAuth)
+    state.counters = open_counters(db)
+    limits = settings.serve
+    state.request_hooks = [  # called with each request's key once it is known (access.KeyAuth)
+        KeyLimits(state.counters, (limits.key_rpm, limits.key_upload_mb_per_day),
+                  (limits.api_key_rpm, limits.api_key_upload_mb_per_day), limits.limit_window_s)]
     _add_routes(app)
     _add_middleware(app, settings)
     return app
@@ -159,7 +165,9 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
     # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
     app.add_middleware(BodyLimit, upload_bytes=settings.serve.max_upload_mb * 2**20)
     legacy = settings.serve.api_key.get_secret_value() if settings.serve.api_key is not None else None
-    app.add_middleware(KeyAuth, api=app, verifier=app.state.keys, legacy_key=legacy, hooks=app.state.request_hooks)
+    guard = AuthGuard(app.state.counters, settings.serve.auth_failures_per_minute, settings.serve.limit_window_s)
+    app.add_middleware(KeyAuth, api=app, verifier=app.state.keys, legacy_key=legacy, hooks=app.state.request_hooks,
+                       guard=guard)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     if settings.serve.cors_origins:
         app.add_middleware(

@@ -10,10 +10,11 @@
 - **Answers.** No key, or a malformed, wrong, expired or revoked one: 401, one line. A collection the key
   does not cover: 404, the same answer as a collection that does not exist, so names do not leak. A
   collection it covers but a role too low, or a route outside collections that needs a role it lacks: 403.
-  A key store that cannot be read: 503 (fail closed, never open).
+  A key store that cannot be read: 503 (fail closed, never open). Over a limit: 429 with Retry-After.
 - **Seam.** Once a request's key is known, each of `hooks` is called with it (a `Principal`, None when the
   service is open), the route template and the ASGI scope; a hook refuses by raising a FunnelError, which
-  is answered like any other. Per-key rate limits and the audit log hang here. Routes read the key from
+  is answered like any other. Per-key rate limits (`limits.KeyLimits`) and the audit log hang here; refused
+  keys are counted per client address by `guard` (`limits.AuthGuard`: 429 once too many). Routes read the key from
   `request.scope[SCOPE_KEY]` (`principal_of`) to show only what it may see (`GET /v1/collections`,
   `/health`).
 """
@@ -21,7 +22,6 @@
 from __future__ import annotations
 
 import hmac
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,10 +30,11 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from funnel.apps.api.errors import Forbidden, Unauthorized, error_response
-from funnel.apps.state.keys import KeyRejected, KeyVerifier, Role
+from funnel.apps.api.limits import AuthGuard
+from funnel.apps.state.keys import KeyRejected, KeyVerifier, Role, parse_token
+from funnel.apps.state.limits import MemoryCounters
 from funnel.errors import FunnelError, NotFound
 
-log = logging.getLogger("funnel.api.access")
 SCOPE_KEY = "funnel.key"
 LEGACY_ID = "api_key"
 OPEN_PATHS = frozenset({"/", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -48,6 +49,8 @@ class Principal:
     id: str
     role: Role
     collections: frozenset[str] | None = None
+    rpm: int | None = None  # the key's own limits (None: the service's defaults; 0: none), see api.limits
+    upload_mb_per_day: float | None = None
 
     def sees(self, collection: str) -> bool:
         return self.collections is None or collection in self.collections
@@ -121,8 +124,9 @@ class KeyAuth:
     """The middleware: who the request is (401, 503), then whether it may (404, 403), then `hooks`."""
 
     def __init__(self, app: ASGIApp, api, verifier: KeyVerifier, legacy_key: str | None = None,
-                 hooks: Sequence[Hook] = ()):
+                 hooks: Sequence[Hook] = (), guard: AuthGuard | None = None):
         self.app, self.api, self.verifier = app, api, verifier
+        self.guard = guard if guard is not None else AuthGuard(MemoryCounters(), per_window=0)
         self.legacy = legacy_key.encode() if legacy_key else None
         self._schema, self._routes = None, []
         self.hooks = hooks  # the list itself: a hook added after the app is built still runs
@@ -151,7 +155,10 @@ class KeyAuth:
 
     def _who(self, token: str | None, is_open: bool, client: str) -> Principal | None:
         """The request's key; None when the service is open (no api_key, no key ever made). On an open path
-        (the page, /health) a bad or missing key is no error: the request just sees what the open do."""
+        (the page, /health) a bad or missing key is no error: the request just sees what the open do. An
+        address that sent too many refused keys gets 429 on a guarded path, whatever it sends now."""
+        if not is_open:
+            self.guard.check(client)
         if token is not None and self.legacy is not None and hmac.compare_digest(token.encode(), self.legacy):
             return Principal(LEGACY_ID, Role.ADMIN)
         try:
@@ -163,15 +170,16 @@ class KeyAuth:
             try:
                 record = self.verifier.verify(token)
             except KeyRejected as e:
-                if not is_open:  # a trail for brute force: who tried, and what was wrong (never the secret)
-                    log.warning("refused an API key from %s: %s", client, e)
+                if not is_open:  # counted per address, and a trail: who tried, the key id, never the secret
+                    parsed = parse_token(token)
+                    self.guard.refused(client, parsed[0] if parsed else None, str(e))
                 raise Unauthorized(str(e)) from None
         except FunnelError:
             if is_open:
                 return Principal("anonymous", Role.READER, frozenset())
             raise
         names = frozenset(record.collections) if record.collections is not None else None
-        return Principal(record.id, record.role, names)
+        return Principal(record.id, record.role, names, record.rpm, record.upload_mb_per_day)
 
     def _route(self, scope: Scope) -> tuple[str | None, str | None]:
         """("METHOD /template", the {name} in the path) of the route the request reaches, from the app's

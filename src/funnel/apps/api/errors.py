@@ -49,6 +49,19 @@ class Forbidden(FunnelError):
     """A good key whose role is too low for the route (a collection it does not cover is a NotFound)."""
 
 
+class RateLimited(FunnelError):
+    """Over a limit (a key's requests per minute or upload bytes per day, an address's refused keys): 429
+    with Retry-After, the whole seconds until the window that holds the count ends."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class LengthRequired(FunnelError):
+    """An upload without Content-Length by a key whose upload bytes are limited: it could not be charged."""
+
+
 # Most specific first; the first class an error is an instance of decides its status.
 ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
     (UpstreamTimeout, 504),
@@ -60,9 +73,11 @@ ERROR_STATUS: tuple[tuple[type[FunnelError], int], ...] = (
     (Forbidden, 403),
     (NotFound, 404),
     (Conflict, 409),
+    (LengthRequired, 411),
     (TooLarge, 413),
     (UnsupportedType, 415),
     (IngestError, 422),
+    (RateLimited, 429),
 )
 
 
@@ -76,7 +91,7 @@ def error_body(error: FunnelError) -> dict:
 
 def error_response(error: FunnelError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
-    if getattr(error, "retry_after_s", None):  # the service's database is down: a client may come back
+    if getattr(error, "retry_after_s", None):  # the database is down, or a limit: when to come back
         headers = {"Retry-After": str(error.retry_after_s)}
     return JSONResponse(error_body(error), status_code=status_for(error), headers=headers)
 

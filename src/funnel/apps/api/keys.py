@@ -1,7 +1,8 @@
 """The service's API keys over HTTP, for an admin on every collection (`access.POLICY`):
 
     GET    /v1/keys/me                                     -> {id, role, collections}: any key, its own
-    POST   /v1/keys   {role, collections?, expires_days?}  -> 201 {id, key, role, collections, created, expires, ...}
+    POST   /v1/keys   {role, collections?, expires_days?, rpm?, upload_mb_per_day?}
+                                                           -> 201 {id, key, role, collections, created, expires, ...}
     GET    /v1/keys                                        -> [{id, role, collections, created, expires, revoked, state}]
     DELETE /v1/keys/{key_id}                               -> 204; 404 for an id the store does not know
 
@@ -29,6 +30,9 @@ class KeyCreate(BaseModel):
     role: Literal["reader", "writer", "admin"]
     collections: list[str] | None = Field(None, max_length=1000, description="none or left out: every collection")
     expires_days: float | None = Field(None, gt=0, le=36500)
+    rpm: int | None = Field(None, ge=0, le=1_000_000, description="requests per minute; 0: unlimited; none: "
+                                                                  "the service's default")
+    upload_mb_per_day: float | None = Field(None, ge=0, le=10_000_000, description="likewise, upload MiB a day")
 
 
 class KeyOut(BaseModel):
@@ -39,6 +43,8 @@ class KeyOut(BaseModel):
     expires: str | None
     revoked: str | None
     state: str
+    rpm: int | None = None
+    upload_mb_per_day: float | None = None
 
 
 class MeOut(BaseModel):
@@ -67,7 +73,8 @@ def who_am_i(request: Request) -> MeOut:
 
 @router.post("", status_code=201, response_model=NewKeyOut)
 async def create_key(body: KeyCreate, request: Request) -> NewKeyOut:
-    made = new_key(body.role, body.collections, body.expires_days)
+    made = new_key(body.role, body.collections, body.expires_days, rpm=body.rpm,
+                   upload_mb_per_day=body.upload_mb_per_day)
     verifier = _verifier(request)
     await run_in_threadpool(verifier.store.add, made.record)
     verifier.forget(made.record.id)

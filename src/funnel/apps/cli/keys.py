@@ -38,8 +38,13 @@ def _store(data_dir: Path | None, database: str | None):
 
 def _line(row: dict) -> str:
     names = row["collections"] if isinstance(row["collections"], str) else ",".join(row["collections"])
+    limits = "".join(f"  {name}={_limit(row.get(name))}" for name in ("rpm", "upload_mb_per_day"))
     return (f"{row['id']}  {row['role']:<6}  {row['state']:<7}  collections={names}  created={row['created']}  "
-            f"expires={row['expires'] or 'never'}")
+            f"expires={row['expires'] or 'never'}{limits}")
+
+
+def _limit(value) -> str:
+    return "default" if value is None else "unlimited" if value == 0 else f"{value:g}"
 
 
 @keys_app.command("create")
@@ -48,13 +53,18 @@ def create(
     collection: Annotated[list[str] | None, typer.Option(
         "--collection", help="a collection the key may use (repeatable); none: every collection")] = None,
     expires: Annotated[float | None, typer.Option(help="days until the key stops working")] = None,
+    rpm: Annotated[int | None, typer.Option(
+        help="requests per minute (0: unlimited; none: [serve] key_rpm)")] = None,
+    upload_mb_per_day: Annotated[float | None, typer.Option(
+        help="upload MiB per UTC day (0: unlimited; none: [serve] key_upload_mb_per_day)")] = None,
     data_dir: DataDirOpt = None,
     database: DatabaseOpt = None,
 ) -> None:
-    """Make a key and print it, alone, on the last line. It is shown only this once: only its hash is kept."""
+    """Make a key and print it, alone, on the last line. It is shown only this once: only its hash is kept.
+    Over its limits a request gets 429 with Retry-After."""
     from funnel.apps.state.keys import new_key
 
-    made = new_key(role, collection or None, expires)
+    made = new_key(role, collection or None, expires, rpm=rpm, upload_mb_per_day=upload_mb_per_day)
     with _store(data_dir, database) as (store, where):
         store.add(made.record)
     out.print(_line(made.record.public(time.time())) + f"  (in {where}; the key is shown only once)")

@@ -19,20 +19,23 @@ from funnel.apps.state.key_records import KeyRecord, Role
 from funnel.apps.state.tables import ComponentTables
 from funnel.errors import StoreError
 
-COLUMNS = "id, role, collections, created_ts, expires_ts, revoked_ts, salt, digest"
-SQLITE_VERSION = 1
+COLUMNS = "id, role, collections, created_ts, expires_ts, revoked_ts, salt, digest, rpm, upload_mb_per_day"
+SQLITE_VERSION = 2
 SQLITE_V1 = """CREATE TABLE funnel_keys (
     id TEXT PRIMARY KEY, role TEXT NOT NULL, collections TEXT, created_ts REAL NOT NULL, expires_ts REAL,
     revoked_ts REAL, salt BLOB NOT NULL, digest BLOB NOT NULL)"""
+SQLITE_V2 = ("ALTER TABLE funnel_keys ADD COLUMN rpm INTEGER",  # limits per key (NULL: the service's default)
+             "ALTER TABLE funnel_keys ADD COLUMN upload_mb_per_day REAL")
 PG_MIGRATIONS = ("""CREATE TABLE funnel_keys (
     id text PRIMARY KEY, role text NOT NULL, collections text, created_ts double precision NOT NULL,
-    expires_ts double precision, revoked_ts double precision, salt bytea NOT NULL, digest bytea NOT NULL)""",)
+    expires_ts double precision, revoked_ts double precision, salt bytea NOT NULL, digest bytea NOT NULL)""",
+                 "ALTER TABLE funnel_keys ADD COLUMN rpm integer, ADD COLUMN upload_mb_per_day double precision")
 
 
 def _row(row) -> KeyRecord:
-    key_id, role, collections, created, expires, revoked, salt, digest = row
+    key_id, role, collections, created, expires, revoked, salt, digest, rpm, upload = row
     names = tuple(json.loads(collections)) if collections is not None else None
-    return KeyRecord(key_id, Role(role), names, created, expires, revoked, bytes(salt), bytes(digest))
+    return KeyRecord(key_id, Role(role), names, created, expires, revoked, bytes(salt), bytes(digest), rpm, upload)
 
 
 class SqlKeys:
@@ -49,9 +52,9 @@ class SqlKeys:
         m = self._mark
         names = json.dumps(list(record.collections)) if record.collections is not None else None
         with self._connection() as conn:
-            conn.execute(f"INSERT INTO funnel_keys ({COLUMNS}) VALUES ({', '.join([m] * 8)})",
+            conn.execute(f"INSERT INTO funnel_keys ({COLUMNS}) VALUES ({', '.join([m] * 10)})",
                          [record.id, record.role.value, names, record.created, record.expires, record.revoked,
-                          record.salt, record.digest])
+                          record.salt, record.digest, record.rpm, record.upload_mb_per_day])
 
     def get(self, key_id: str) -> KeyRecord | None:
         with self._connection() as conn:
@@ -128,7 +131,10 @@ class EmbeddedKeys(SqlKeys):
                                          f"{', '.join(sorted(tables)[:5])})")
                     if not tables:
                         con.execute(SQLITE_V1)
-                        con.execute(f"PRAGMA user_version = {SQLITE_VERSION}")
+                    if con.execute("PRAGMA user_version").fetchone()[0] < 2:
+                        for step in SQLITE_V2:
+                            con.execute(step)
+                    con.execute(f"PRAGMA user_version = {SQLITE_VERSION}")
                     con.execute("COMMIT")
                 self.path.chmod(0o600)  # hashes only, but nobody else's business
                 self._opened = True
