@@ -136,22 +136,26 @@ class KeyAuth:
             await self.app(scope, receive, send)
             return
         try:
-            template, collection = self._route(scope)
-            is_open = _is_open(_route_path(scope))
-            principal = await run_in_threadpool(self._who, _presented(scope), is_open, _client(scope))
-            rule = POLICY.get(template, GLOBAL_ADMIN)
-            if not is_open and principal is not None:
-                authorize(principal, rule, collection)
-            elif not is_open and rule.keyed:
-                raise Forbidden("this service has no keys yet: make the first admin key on the server with "
-                                "`funnel keys create --role admin`")
-            scope[SCOPE_KEY] = principal
-            for hook in self.hooks:
-                hook(principal, template or "unmatched", scope)
+            await run_in_threadpool(self._admit, scope)  # the key store and the counters may be PostgreSQL
         except FunnelError as error:
             await error_response(error)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _admit(self, scope: Scope) -> None:
+        """Who (401, 503, 429 for an address), whether they may (404, 403), then the hooks (429 for a key)."""
+        template, collection = self._route(scope)
+        is_open = _is_open(_route_path(scope))
+        principal = self._who(_presented(scope), is_open, _client(scope))
+        rule = POLICY.get(template, GLOBAL_ADMIN)
+        if not is_open and principal is not None:
+            authorize(principal, rule, collection)
+        elif not is_open and rule.keyed:
+            raise Forbidden("this service has no keys yet: make the first admin key on the server with "
+                            "`funnel keys create --role admin`")
+        scope[SCOPE_KEY] = principal
+        for hook in self.hooks:
+            hook(principal, template or "unmatched", scope)
 
     def _who(self, token: str | None, is_open: bool, client: str) -> Principal | None:
         """The request's key; None when the service is open (no api_key, no key ever made). On an open path
