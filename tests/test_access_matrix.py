@@ -61,6 +61,7 @@ ROUTES = {
     "GET /v1/keys": ("admin", False, 200),
     "DELETE /v1/keys/{key_id}": ("admin", False, 204),
     "GET /v1/keys/me": ("reader", False, 200),  # every key, its own id, role and collections
+    "GET /v1/audit": ("admin", False, 200),
 }
 NOBODY = "0123456789abcdef"  # an id no document or conversation has
 RANK = {"reader": 0, "writer": 1, "admin": 2}

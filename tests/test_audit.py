@@ -6,16 +6,26 @@ server's log."""
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import sqlite3
+import time
+from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
+from api_support import upload, wait_done
+from helpers import serving
 
 import funnel.apps.state.audit as audit_module
+from funnel.apps.api import audit as api_audit
+from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
 from funnel.apps.state.audit import AuditEvent, open_audit, parse_since
 from funnel.apps.state.db import Database
+from funnel.apps.state.keys import new_key, open_keys
 from funnel.errors import ConfigError, StoreError
 
 LEGACY = "legacy-admin-key-0123"
@@ -50,6 +60,8 @@ def test_the_store_module_never_changes_or_removes_a_row():
     found = re.findall(r"\b(update|delete|truncate|drop|upsert)\b|or\s+replace|on\s+conflict", source, re.I)
     assert not found, f"the audit store must only insert and read: {found}"
     assert "INSERT INTO funnel_audit" in source  # the grep reads the module that holds the SQL
+    for module in (api_audit,):
+        assert "execute(" not in Path(module.__file__).read_text(encoding="utf-8"), "SQL stays in the store"
     verbs = {name for cls in (audit_module.EmbeddedAudit, audit_module.PostgresAudit) for name in dir(cls)
              if not name.startswith("_")}
     assert verbs == {"append", "read", "check"}
@@ -95,3 +107,153 @@ def test_a_broken_embedded_log_is_one_line(tmp_path):
         con.execute("CREATE TABLE notes (x)")
     with pytest.raises(StoreError, match="something else"):
         open_audit(None, other).check()
+
+
+# --- the service --------------------------------------------------------------------------------------------
+
+
+def test_every_route_that_is_not_a_get_is_classified(tmp_path):
+    schema = create_app(Settings(embedder="hashing", reranker="none", data_dir=tmp_path)).openapi()
+    writes = {f"{m.upper()} {p}" for p, ops in schema["paths"].items() for m in ops if m != "get"}
+    assert set(api_audit.ACTIONS) | api_audit.UNRECORDED == writes, (
+        f"recorded or not? {sorted(writes - set(api_audit.ACTIONS) - api_audit.UNRECORDED)}")
+    assert not set(api_audit.ACTIONS) & api_audit.UNRECORDED
+
+
+def test_each_write_is_one_row(backend, caplog):
+    """Every kind of write through a real server, by each kind of caller, then the log read back: one row
+    each, with who, what, when, from where and the status the caller got; reads leave no row; refused keys
+    do; no secret anywhere."""
+    kind, settings, store = backend
+    caplog.set_level(logging.INFO)
+    keys = open_keys(Database(settings.database.url.get_secret_value()) if kind == "postgres" else None,
+                     settings.serve.data_dir)
+    admin, writer, reader = new_key("admin", None), new_key("writer", ["a"]), new_key("reader", ["a"])
+    for made in (admin, writer, reader):
+        keys.add(made.record)
+    started = time.time()
+    want: list[tuple] = []  # (who, action, collection, target, status)
+    with serving(create_app(settings)) as url:
+        def client(token):
+            return httpx.Client(base_url=url, headers={"X-API-Key": token} if token else {}, timeout=60)
+
+        as_admin, as_writer, as_reader, as_legacy = (client(k) for k in (admin.token, writer.token, reader.token,
+                                                                          LEGACY))
+        a_id, w_id, r_id = admin.record.id, writer.record.id, reader.record.id
+        assert as_admin.post("/v1/collections", json={"name": "a"}).status_code == 201
+        want.append((a_id, "collection.create", "a", None, 201))
+        assert as_admin.post("/v1/collections", json={"name": "a"}).status_code == 409
+        want.append((a_id, "collection.create", "a", None, 409))
+        uploaded = upload(as_writer, "a", [("one.txt", b"anvils and lighthouses\n"), ("two.md", b"# quokkas\n")])
+        assert uploaded.status_code == 202
+        one, two = (d["id"] for d in uploaded.json())
+        want.append((w_id, "document.upload", "a", f"{one} one.txt; {two} two.md", 202))
+        wait_done(as_reader, "a")
+        assert as_reader.get("/v1/collections/a/documents").status_code == 200  # a read: no row
+        assert as_reader.delete(f"/v1/collections/a/documents/{one}").status_code == 403
+        want.append((r_id, "document.delete", "a", one, 403))
+        assert as_writer.delete(f"/v1/collections/a/documents/{one}").status_code == 204
+        want.append((w_id, "document.delete", "a", one, 204))
+        calibrated = as_admin.post("/v1/collections/a/calibrate")
+        want.append((a_id, "calibration.request", "a", None, calibrated.status_code))
+        ask = {"question": "What about anvils?", "conversation_id": "chat-1"}
+        assert as_reader.post("/v1/collections/a/ask", json=ask).status_code == 200  # no row
+        assert as_writer.patch("/v1/collections/a/conversations/chat-1", json={"title": "T"}).status_code == 200
+        want.append((w_id, "conversation.rename", "a", "chat-1", 200))
+        assert as_writer.delete("/v1/collections/a/conversations/chat-1").status_code == 204
+        want.append((w_id, "conversation.delete", "a", "chat-1", 204))
+        made = as_legacy.post("/v1/keys", json={"role": "reader", "collections": ["a"]})
+        assert made.status_code == 201
+        new_id, new_token = made.json()["id"], made.json()["key"]
+        want.append(("api_key", "key.create", None, f"{new_id} (reader on a)", 201))
+        assert as_legacy.delete(f"/v1/keys/{new_id}").status_code == 204
+        want.append(("api_key", "key.revoke", None, new_id, 204))
+        wrong = reader.token[:-4] + ("AAAA" if not reader.token.endswith("AAAA") else "BBBB")
+        for token, who in ((wrong, r_id), (None, "none"), ("not-a-key-at-all", "unparsed"), (new_token, new_id)):
+            assert client(token).get("/v1/collections/a/documents").status_code == 401
+            want.append((who, "auth.failed", "a", None, 401))
+        assert as_admin.delete("/v1/collections/a").status_code == 204
+        want.append((a_id, "collection.delete", "a", None, 204))
+        rows = as_admin.get("/v1/audit", params={"limit": 100}).json()
+        assert as_admin.get("/v1/audit", params={"limit": 2}).json() == rows[-2:]
+        since = as_admin.get("/v1/audit", params={"since": rows[3]["time"], "limit": 2}).json()
+        assert since[0]["id"] <= rows[3]["id"] and rows[3] in since
+        for bad, status in (({"since": "soon"}, 400), ({"limit": 0}, 422), ({"limit": "x"}, 422)):
+            refused = as_admin.get("/v1/audit", params=bad)
+            assert refused.status_code == status and "Traceback" not in refused.text
+        assert as_writer.get("/v1/audit").status_code == 403 and client(None).get("/v1/audit").status_code == 401
+    got = [(r["who"], r["action"], r["collection"], r["target"], r["status"]) for r in rows]
+    assert got == want
+    for row in rows:
+        assert row["client"] == "127.0.0.1" and row["route"].split(" ")[0] in ("GET", "POST", "PATCH", "DELETE")
+        when = datetime.fromisoformat(row["time"].replace("Z", "+00:00"))
+        assert row["time"].endswith("Z") and started - 1 <= when.timestamp() <= time.time() + 1
+    stored_rows = [r.public() for r in store.read(limit=1000)]
+    assert rows == stored_rows[:-1], "what the route shows is what is stored"
+    assert (stored_rows[-1]["who"], stored_rows[-1]["route"]) == ("none", "GET /v1/audit"), "the last 401"
+    secrets = [t[len("fk_0123456789ab_"):] for t in (admin.token, writer.token, reader.token, new_token, wrong)]
+    secrets.append(LEGACY)
+    stored = json.dumps(rows) + caplog.text
+    if kind == "sqlite":
+        stored += (settings.serve.data_dir / "audit.sqlite").read_bytes().decode("latin-1")
+    for secret in secrets:
+        assert secret not in stored and secret[:12] not in stored
+
+
+def test_an_open_service_records_open(tmp_path):
+    with serving(create_app(Settings(embedder="hashing", reranker="none", data_dir=tmp_path))) as url:
+        assert httpx.post(url + "/v1/collections", json={"name": "a"}).status_code == 201
+        rows = httpx.get(url + "/v1/audit").json()
+    assert [(r["who"], r["action"], r["collection"], r["status"]) for r in rows] == [
+        ("open", "collection.create", "a", 201)]
+
+
+def test_a_log_that_is_down_refuses_the_write_before_it_is_done(tmp_path):
+    settings = Settings(embedder="hashing", reranker="none", data_dir=tmp_path, api_key=LEGACY)
+    app = create_app(settings)
+    headers = {"X-API-Key": LEGACY}
+    with serving(app) as url:
+        (tmp_path / "audit.sqlite").mkdir()  # what an unwritable log looks like to SQLite
+        refused = httpx.post(url + "/v1/collections", json={"name": "a"}, headers=headers)
+        assert refused.status_code == 503 and "audit log" in refused.json()["detail"]
+        assert "\n" not in refused.json()["detail"]
+        listed = httpx.get(url + "/v1/collections", headers=headers).json()
+        assert "a" not in {c["name"] for c in listed}, "refused before it was done"
+        assert httpx.get(url + "/health").status_code == 200, "reads go on"
+        (tmp_path / "audit.sqlite").rmdir()
+        assert httpx.post(url + "/v1/collections", json={"name": "a"}, headers=headers).status_code == 201
+        rows = httpx.get(url + "/v1/audit", headers=headers).json()
+    assert [(r["action"], r["status"]) for r in rows] == [("collection.create", 201)]
+
+
+class FailsAfterTheCheck:
+    """A log that passes the check and then cannot append (it failed between the two)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def check(self) -> None:
+        self.store.check()
+
+    def append(self, event: AuditEvent) -> None:
+        raise StoreError("audit log in test: disk I/O error")
+
+    def read(self, limit=100, since=None):
+        return self.store.read(limit, since)
+
+
+def test_a_row_lost_after_the_write_is_logged_and_flagged(tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="funnel.api.audit")
+    app = create_app(Settings(embedder="hashing", reranker="none", data_dir=tmp_path, api_key=LEGACY))
+    app.state.audit.store = FailsAfterTheCheck(app.state.audit.store)
+    headers = {"X-API-Key": LEGACY}
+    with serving(app) as url:
+        done = httpx.post(url + "/v1/collections", json={"name": "a"}, headers=headers)
+        assert done.status_code == 201, "the write happened: its answer stands"
+        assert "a" in {c["name"] for c in httpx.get(url + "/v1/collections", headers=headers).json()}
+        flagged = httpx.get(url + "/metrics", headers=headers).json()["audit"]
+    assert flagged == {"lost": 1, "last_loss": "audit log in test: disk I/O error"}
+    line = next(r.getMessage() for r in caplog.records if "audit row not stored" in r.getMessage())
+    lost = json.loads(line[line.index("{"):])
+    assert lost["action"] == "collection.create" and lost["who"] == "api_key" and lost["status"] == 201
+    assert LEGACY not in caplog.text

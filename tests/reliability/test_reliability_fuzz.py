@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -607,6 +608,8 @@ def test_api_request_bodies(tally, api):
 
     fuzz(tally, "API request bodies (every JSON route)", strategy, check, short=300, soak=5000, examples=[
         ("POST /v1/collections/{name}/search", deep(10_000), "fz", False),
+        # the audit log read a new collection's name from this body: a RecursionError, a 500 before the fix
+        ("POST /v1/collections", deep(10_000), "fz", False),
         # a document with a lone surrogate, echoed back, was a 500 (PydanticSerializationError) before the fix
         ("POST /v1/rerank", '{"query": "a", "documents": ["\\ud800"], "return_documents": true}', "fz", False),
         ("POST /v1/rerank", '{"query": "a", "documents": [{"text": "\\udfff"}], "return_documents": true}', "fz",
@@ -614,6 +617,49 @@ def test_api_request_bodies(tally, api):
         ("POST /v1/errors", json.dumps({"stack_trace": "Traceback (most recent call last):\n" * 2000}),
          "fz", False),
     ])
+
+
+def query_routes(app) -> dict[str, list[str]]:
+    """Every route that takes query parameters, from the OpenAPI schema: route -> the parameters' names."""
+    routes = {}
+    for path, operations in app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            names = [p["name"] for p in operation.get("parameters", ()) if p["in"] == "query"]
+            if names:
+                routes[f"{method.upper()} {path}"] = names
+    return routes
+
+
+QUERY_VALUES = st.one_of(
+    st.integers(-5, 20_000).map(str), st.integers().map(str), st.floats().map(str), TEXT,
+    st.sampled_from(["2026-12-05T00:00:00Z", "2026-12-05", "2026-13-45", "1e400", "0x10", "9" * 400, "shop",
+                     "1796463000.5", "+01:00", "T", "Z"]),
+)
+
+
+def test_api_query_parameters(tally, api):
+    client, app = api
+    routes = query_routes(app)
+    assert set(routes) == {
+        "GET /v1/collections/{name}/conversations", "GET /v1/incidents", "GET /v1/audit",
+    }, "a new route with query parameters: add it to the fuzzing"
+    strategy = st.sampled_from(sorted(routes)).flatmap(lambda route: st.tuples(
+        st.just(route), st.lists(st.tuples(st.sampled_from([*routes[route], "x"]), QUERY_VALUES), max_size=4)))
+
+    def check(case):
+        route, params = case
+        path = route.split(" ", 1)[1].replace("{name}", "fz")
+        query = "&".join(f"{quote(k)}={quote(v.encode('utf-8', 'surrogatepass'))}" for k, v in params)
+        response = client.get(f"{path}?{query}")
+        if response.status_code < 300:
+            response.json()
+        else:
+            assert_error_body(response)
+        return f"{route} {response.status_code}"
+
+    fuzz(tally, "API query parameters (every route that takes them)", strategy, check, short=150, soak=3000,
+         examples=[("GET /v1/audit", [("since", "\ud800"), ("limit", "1")]),
+                   ("GET /v1/audit", [("since", "9" * 400)])])
 
 
 # --- uploads ------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 - `ask`: answers with citations, JSON or server-sent events, with conversation memory.
 - `conversations`: a collection's conversations: list, read, rename, delete.
 - `metrics`: `GET /health`, `GET /metrics`.
+- `keys`, `audit`: the API keys, and the log of every write (`GET /v1/audit`; recorded by `audit.AuditTrail`).
 - triage (`funnel.apps.triage.routes`): `POST /v1/errors`, incidents.
 - the web page: `GET /` serves `static/index.html`, `/static/...` the files beside it.
 
@@ -28,8 +29,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
 
 import funnel
-from funnel.apps.api import ask, collections, conversations, embeddings, keys, metrics, rerank
+from funnel.apps.api import ask, audit, collections, conversations, embeddings, keys, metrics, rerank
 from funnel.apps.api.access import KeyAuth
+from funnel.apps.api.audit import AuditLog, AuditTrail, gate_for
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.limits import AuthGuard, KeyLimits
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
@@ -38,6 +40,7 @@ from funnel.apps.api.rewrite import QueryRewriter
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings
 from funnel.apps.settings import Settings
+from funnel.apps.state.audit import open_audit
 from funnel.apps.state.conversations import open_conversations
 from funnel.apps.state.keys import KeyVerifier, open_keys
 from funnel.apps.state.limits import open_counters
@@ -94,10 +97,12 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     state.rewriter = QueryRewriter(chat)
     state.keys = KeyVerifier(open_keys(db, settings.serve.data_dir))
     state.counters = open_counters(db)
+    state.audit = AuditLog(open_audit(db, settings.serve.data_dir))
     limits = settings.serve
     state.request_hooks = [  # called with each request's key once it is known (access.KeyAuth)
         KeyLimits(state.counters, (limits.key_rpm, limits.key_upload_mb_per_day),
-                  (limits.api_key_rpm, limits.api_key_upload_mb_per_day), limits.limit_window_s)]
+                  (limits.api_key_rpm, limits.api_key_upload_mb_per_day), limits.limit_window_s),
+        gate_for(state.audit)]  # a write runs only while the audit log would take its row
     _add_routes(app)
     _add_middleware(app, settings)
     return app
@@ -155,7 +160,7 @@ def _add_routes(app: FastAPI) -> None:
 
     install_error_handlers(app)
     routers = (metrics.router, rerank.router, embeddings.router, collections.router, ask.router,
-               conversations.router, triage_router, keys.router)
+               conversations.router, triage_router, keys.router, audit.router)
     for router in routers:
         app.include_router(router)
     _serve_web_page(app)
@@ -168,6 +173,7 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
     guard = AuthGuard(app.state.counters, settings.serve.auth_failures_per_minute, settings.serve.limit_window_s)
     app.add_middleware(KeyAuth, api=app, verifier=app.state.keys, legacy_key=legacy, hooks=app.state.request_hooks,
                        guard=guard)
+    app.add_middleware(AuditTrail, audit=app.state.audit)  # outside KeyAuth: its 401s are recorded too
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     if settings.serve.cors_origins:
         app.add_middleware(

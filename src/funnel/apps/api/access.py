@@ -16,7 +16,9 @@
   is answered like any other. Per-key rate limits (`limits.KeyLimits`) and the audit log hang here; refused
   keys are counted per client address by `guard` (`limits.AuthGuard`: 429 once too many). Routes read the key from
   `request.scope[SCOPE_KEY]` (`principal_of`) to show only what it may see (`GET /v1/collections`,
-  `/health`).
+  `/health`). For middleware outside this one (the audit log, which needs the response's status), the
+  scope also carries the route and its path parameters (`ROUTE_KEY`) and, once known, who the request is
+  (`WHO_KEY`: a key id, `api_key`, or `open`), refused or not.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ from funnel.apps.state.limits import MemoryCounters
 from funnel.errors import FunnelError, NotFound
 
 SCOPE_KEY = "funnel.key"
+ROUTE_KEY = "funnel.route"  # ("METHOD /template" or None, {path parameter: value})
+WHO_KEY = "funnel.who"
 LEGACY_ID = "api_key"
+OPEN_ID = "open"
 OPEN_PATHS = frozenset({"/", "/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 OPEN_PREFIXES = ("/static/",)
 MISSING = "missing API key: send it as X-API-Key or Authorization: Bearer"
@@ -78,6 +83,7 @@ POLICY: dict[str, Rule] = {
     "GET /v1/incidents": Rule(A, False), "GET /v1/incidents/{incident_id}": Rule(A, False),
     "POST /v1/keys": Rule(A, False, True), "GET /v1/keys": Rule(A, False, True),
     "DELETE /v1/keys/{key_id}": Rule(A, False, True),
+    "GET /v1/audit": Rule(A, False),  # who did what, from where
     "GET /v1/keys/me": Rule(R, False),  # the caller's own key: what the web page may show
     # One collection's.
     f"DELETE {_C}": Rule(A, True),
@@ -144,9 +150,12 @@ class KeyAuth:
 
     def _admit(self, scope: Scope) -> None:
         """Who (401, 503, 429 for an address), whether they may (404, 403), then the hooks (429 for a key)."""
-        template, collection = self._route(scope)
+        template, params = self._route(scope)
+        collection = params.get("name")
+        scope[ROUTE_KEY] = (template, params)
         is_open = _is_open(_route_path(scope))
-        principal = self._who(_presented(scope), is_open, _client(scope))
+        principal = self._who(presented_key(scope), is_open, client_address(scope))
+        scope[WHO_KEY] = principal.id if principal is not None else OPEN_ID
         rule = POLICY.get(template, GLOBAL_ADMIN)
         if not is_open and principal is not None:
             authorize(principal, rule, collection)
@@ -185,11 +194,11 @@ class KeyAuth:
         names = frozenset(record.collections) if record.collections is not None else None
         return Principal(record.id, record.role, names, record.rpm, record.upload_mb_per_day)
 
-    def _route(self, scope: Scope) -> tuple[str | None, str | None]:
-        """("METHOD /template", the {name} in the path) of the route the request reaches, from the app's
-        OpenAPI schema (what tests/test_access_matrix.py checks); (None, None) for a path the schema does
-        not hold (an unknown path, a wrong method, a route left out of the schema), which then needs an admin
-        on every collection."""
+    def _route(self, scope: Scope) -> tuple[str | None, dict[str, str]]:
+        """("METHOD /template", the path's parameters: {name} and the rest) of the route the request reaches,
+        from the app's OpenAPI schema (what tests/test_access_matrix.py checks); (None, {}) for a path the
+        schema does not hold (an unknown path, a wrong method, a route left out of the schema), which then
+        needs an admin on every collection."""
         schema = self.api.openapi()
         if schema is not self._schema:
             self._routes = [(method.upper(), path, compile_path(path)[0])
@@ -200,16 +209,16 @@ class KeyAuth:
         for route_method, template, pattern in self._routes:
             match = pattern.match(path) if route_method == method else None
             if match:
-                return f"{method} {template}", match.groupdict().get("name")
-        return None, None
+                return f"{method} {template}", match.groupdict()
+        return None, {}
 
 
-def _client(scope: Scope) -> str:
+def client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
 
 
-def _presented(scope: Scope) -> str | None:
+def presented_key(scope: Scope) -> str | None:
     given = _header(scope, b"x-api-key")
     if given is None:
         scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")

@@ -51,4 +51,6 @@ def _label(url) -> str | None:
 @router.get("/metrics")
 def metrics(request: Request) -> dict:
     state = request.app.state
-    return {**state.metrics.snapshot(), "ingest_queue": state.library.pending()}
+    # audit: rows of writes that were done but could not be stored (each is in the server's log, whole).
+    return {**state.metrics.snapshot(), "ingest_queue": state.library.pending(),
+            "audit": state.audit.status()}
