@@ -23,7 +23,7 @@ import funnel.apps.state.audit as audit_module
 from funnel.apps.api import audit as api_audit
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
-from funnel.apps.state.audit import AuditEvent, open_audit, parse_since
+from funnel.apps.state.audit import AuditEvent, iso_utc, open_audit, parse_since
 from funnel.apps.state.db import Database
 from funnel.apps.state.keys import new_key, open_keys
 from funnel.errors import ConfigError, StoreError
@@ -83,6 +83,12 @@ def test_append_read_limit_since(backend):
                    "route": "DELETE /x", "client": "127.0.0.1", "status": 204, "collection": "a", "target": "doc0"}
     store.append(event(9, 3000.0, target="x" * 10_000, collection=None))
     assert len(store.read(limit=1)[0].target) == audit_module.MAX_FIELD_CHARS
+
+
+def test_a_shown_time_read_back_is_never_after_its_row():
+    for ts in (1796463000.4769996, 1796463000.9996, 0.0005, 1796463000.0):
+        assert parse_since(iso_utc(ts)) <= ts < parse_since(iso_utc(ts)) + 0.001
+    assert iso_utc(1796463000.9996) == "2026-12-05T09:30:00.999Z"
 
 
 def test_parse_since():

@@ -20,12 +20,13 @@ be taken now, without adding anything: the API asks it before a write runs (`fun
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -77,7 +78,10 @@ class AuditEvent:
 
 
 def iso_utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC to the millisecond, rounded down: read back as a `since`, it is never after the row it shows."""
+    ms = math.floor(ts * 1000)
+    when = datetime.fromtimestamp(ms // 1000, timezone.utc) + timedelta(milliseconds=ms % 1000)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_since(text: str) -> float:
