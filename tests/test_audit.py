@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +25,7 @@ from helpers import serving
 import funnel.apps.state.audit as audit_module
 from funnel.apps.api import audit as api_audit
 from funnel.apps.api import create_app
+from funnel.apps.cli import audit as cli_audit
 from funnel.apps.settings import Settings
 from funnel.apps.state.audit import AuditEvent, iso_utc, open_audit, parse_since
 from funnel.apps.state.db import Database
@@ -29,6 +33,7 @@ from funnel.apps.state.keys import new_key, open_keys
 from funnel.errors import ConfigError, StoreError
 
 LEGACY = "legacy-admin-key-0123"
+FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
 
 
 def event(n: int, ts: float, **kw) -> AuditEvent:
@@ -60,7 +65,7 @@ def test_the_store_module_never_changes_or_removes_a_row():
     found = re.findall(r"\b(update|delete|truncate|drop|upsert)\b|or\s+replace|on\s+conflict", source, re.I)
     assert not found, f"the audit store must only insert and read: {found}"
     assert "INSERT INTO funnel_audit" in source  # the grep reads the module that holds the SQL
-    for module in (api_audit,):
+    for module in (api_audit, cli_audit):
         assert "execute(" not in Path(module.__file__).read_text(encoding="utf-8"), "SQL stays in the store"
     verbs = {name for cls in (audit_module.EmbeddedAudit, audit_module.PostgresAudit) for name in dir(cls)
              if not name.startswith("_")}
@@ -263,3 +268,57 @@ def test_a_row_lost_after_the_write_is_logged_and_flagged(tmp_path, caplog):
     lost = json.loads(line[line.index("{"):])
     assert lost["action"] == "collection.create" and lost["who"] == "api_key" and lost["status"] == 201
     assert LEGACY not in caplog.text
+
+
+# --- funnel audit -------------------------------------------------------------------------------------------
+
+
+def funnel(*args, cwd):
+    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing"}
+    result = subprocess.run([*FUNNEL, *args], check=False, cwd=cwd, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert "Traceback" not in result.stdout + result.stderr
+    return result
+
+
+def test_cli_reads_the_log(tmp_path):
+    data = ["--data-dir", str(tmp_path / "data")]
+    empty = funnel("audit", *data, cwd=tmp_path)
+    assert empty.returncode == 0 and empty.stdout.strip() == f"no audit rows in {tmp_path / 'data'}"
+    store = open_audit(None, tmp_path / "data")
+    store.append(event(1, 1796463000.0, who="api_key", action="collection.create", route="POST /v1/collections",
+                       status=201, target=None))
+    store.append(event(2, 1796463060.5, who="0123456789ab", status=204, target="d1"))
+    store.append(event(3, 1796463120.0, who="none", action="auth.failed", status=401, collection=None, target=None))
+    lines = funnel("audit", *data, cwd=tmp_path).stdout.strip().splitlines()
+    assert lines == [
+        "2026-12-05T09:30:00.000Z  api_key       collection.create    201  collection=a  target=-  client=127.0.0.1",
+        "2026-12-05T09:31:00.500Z  0123456789ab  document.delete      204  collection=a  target=d1  client=127.0.0.1",
+        "2026-12-05T09:32:00.000Z  none          auth.failed          401  collection=-  target=-  client=127.0.0.1",
+    ]
+    assert funnel("audit", "--limit", "1", *data, cwd=tmp_path).stdout.strip().splitlines() == lines[-1:]
+    rows = json.loads(funnel("audit", "--json", "--since", "2026-12-05T09:31:00Z", *data, cwd=tmp_path).stdout)
+    assert [(r["who"], r["status"], r["time"]) for r in rows] == [("0123456789ab", 204, "2026-12-05T09:31:00.500Z"),
+                                                                   ("none", 401, "2026-12-05T09:32:00.000Z")]
+    later = funnel("audit", "--since", "2030-01-01", *data, cwd=tmp_path)
+    assert later.returncode == 0 and "from that time on" in later.stdout
+    for args, said in ((("--since", "soon"), "ISO 8601"), (("--limit", "0"), "--limit")):
+        bad = funnel("audit", *args, *data, cwd=tmp_path)
+        assert bad.returncode == 2 and said in bad.stderr + bad.stdout
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "audit.sqlite").write_bytes(b"garbage " * 100)
+    broken = funnel("audit", "--data-dir", str(tmp_path / "broken"), cwd=tmp_path)
+    assert broken.returncode != 0 and len(broken.stderr.strip().splitlines()) == 1 and "audit log" in broken.stderr
+
+
+def test_cli_against_postgres(tmp_path, pg_dsn):
+    db = Database(pg_dsn)
+    try:
+        open_audit(db).append(event(1, 1796463000.0, who="api_key", action="key.revoke", collection=None,
+                                    target="0123456789ab"))
+    finally:
+        db.close()
+    result = funnel("audit", "--json", "--database", pg_dsn, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [(r["who"], r["action"], r["target"]) for r in json.loads(result.stdout)] == [
+        ("api_key", "key.revoke", "0123456789ab")]

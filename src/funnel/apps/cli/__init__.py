@@ -17,6 +17,7 @@ import typer
 
 # The commands register on `app` when their modules are imported, in the order `funnel --help` lists them.
 from funnel.apps.cli import configure, indexing, keys, query, serving, triage  # noqa: F401
+from funnel.apps.cli import audit  # noqa: F401, I001  (last: `funnel --help` lists it after incidents)
 from funnel.apps.cli.common import StopOnce, app, err, out, out_console, redeliver_dropped_interrupts, styled
 from funnel.apps.cli.output import window_note
 from funnel.apps.cli.serving import exposure_warning
