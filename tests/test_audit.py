@@ -322,3 +322,23 @@ def test_cli_against_postgres(tmp_path, pg_dsn):
     assert result.returncode == 0, result.stderr
     assert [(r["who"], r["action"], r["target"]) for r in json.loads(result.stdout)] == [
         ("api_key", "key.revoke", "0123456789ab")]
+
+
+def test_cli_key_changes_are_in_the_log(tmp_path):
+    data = ["--data-dir", str(tmp_path / "data")]
+    made = funnel("keys", "create", "--role", "writer", "--collection", "docs", *data, cwd=tmp_path)
+    token = made.stdout.strip().splitlines()[-1]
+    key_id = token[3:15]
+    assert funnel("keys", "revoke", key_id, *data, cwd=tmp_path).returncode == 0
+    assert funnel("keys", "revoke", "nope", *data, cwd=tmp_path).returncode != 0
+    rows = json.loads(funnel("audit", "--json", *data, cwd=tmp_path).stdout)
+    assert [(r["action"], r["target"], r["status"], r["client"]) for r in rows] == [
+        ("key.create", f"{key_id} (writer on docs)", 201, "local"), ("key.revoke", key_id, 204, "local"),
+        ("key.revoke", "nope", 404, "local")]
+    assert all(r["who"].startswith("cli:") for r in rows) and token[16:] not in json.dumps(rows)
+    (tmp_path / "data" / "audit.sqlite").unlink()
+    (tmp_path / "data" / "audit.sqlite").mkdir()  # a log that cannot take a row
+    refused = funnel("keys", "create", "--role", "admin", *data, cwd=tmp_path)
+    assert refused.returncode != 0 and "audit log" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    listed = json.loads(funnel("keys", "list", "--json", *data, cwd=tmp_path).stdout)
+    assert [k["id"] for k in listed] == [key_id], "refused before the key was made"

@@ -1,9 +1,14 @@
 """`funnel keys create|list|revoke`: the service's API keys, in the data dir's `keys.sqlite` or, with
 `--database`, the service's PostgreSQL (see `funnel.apps.state.keys`). A running server sees a new or
-revoked key within the store's cache bound (5 s)."""
+revoked key within the store's cache bound (5 s).
+
+A key made or revoked here is in the audit log as one made or revoked through `/v1/keys` would be (the
+status the route would answer), by `cli:USER` from `local`; as on the API, a log that cannot take the row
+refuses the change before it is made."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import time
 from contextlib import contextmanager
@@ -36,6 +41,38 @@ def _store(data_dir: Path | None, database: str | None):
             db.close()
 
 
+@contextmanager
+def _audited(data_dir: Path | None, database: str | None, action: str, route: str):
+    """The key store, where it is, and `note(status, target)`, which records the change in the audit log
+    (asked first whether it would take a row: if not, nothing is changed)."""
+    from funnel.apps.api.library import open_database
+    from funnel.apps.state.audit import AuditEvent, open_audit
+    from funnel.apps.state.keys import open_keys
+
+    settings = settings_from(data_dir=data_dir, database=database)
+    db = open_database(settings)
+    try:
+        log = open_audit(db, settings.serve.data_dir)
+        log.check()
+
+        def note(status: int, target: str | None) -> None:
+            log.append(AuditEvent(ts=time.time(), who=f"cli:{_user()}", action=action, route=route,
+                                  client="local", status=status, target=target))
+
+        where = db.label if db is not None else str(settings.serve.data_dir)
+        yield open_keys(db, settings.serve.data_dir), where, note
+    finally:
+        if db is not None:
+            db.close()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "unknown"
+
+
 def _line(row: dict) -> str:
     names = row["collections"] if isinstance(row["collections"], str) else ",".join(row["collections"])
     limits = "".join(f"  {name}={_limit(row.get(name))}" for name in ("rpm", "upload_mb_per_day"))
@@ -65,8 +102,10 @@ def create(
     from funnel.apps.state.keys import new_key
 
     made = new_key(role, collection or None, expires, rpm=rpm, upload_mb_per_day=upload_mb_per_day)
-    with _store(data_dir, database) as (store, where):
+    scope = ",".join(made.record.collections) if made.record.collections is not None else "all"
+    with _audited(data_dir, database, "key.create", "funnel keys create") as (store, where, note):
         store.add(made.record)
+        note(201, f"{made.record.id} ({made.record.role.value} on {scope})")
     out.print(_line(made.record.public(time.time())) + f"  (in {where}; the key is shown only once)")
     out.print(made.token)
 
@@ -98,8 +137,9 @@ def revoke(
 
     parsed = parse_token(key_id.strip())
     key_id = parsed[0] if parsed else key_id.strip().removeprefix("fk_")
-    with _store(data_dir, database) as (store, _):
+    with _audited(data_dir, database, "key.revoke", "funnel keys revoke") as (store, _, note):
         record = store.revoke(key_id, time.time())
+        note(204 if record is not None else 404, key_id[:64])
     if record is None:
         raise NotFound(f"no key {key_id[:40]!r} (funnel keys list shows them)")
     out.print(f"revoked; every server refuses it within {CACHE_TTL_S:g} s")
