@@ -44,7 +44,7 @@ def installed_plugin(tmp_path, monkeypatch):
 
 def test_forms_are_the_registrations_in_order():
     assert rerank.REGISTRY.forms()[:5] == ("none", "builtin", "onnx:DIR", "st:MODEL", "lexical")
-    assert generate.REGISTRY.forms() == ("none", "ollama:URL", "openai:URL")
+    assert generate.REGISTRY.forms() == ("none", "ollama:URL", "openai:URL", "local", "local:PATH")
     assert embed.REGISTRY.forms()[-1] == "DIR" and index.REGISTRY.forms()[-1] == "DIR"  # catch-alls last
     assert rerank.RERANKER_SPECS == rerank.REGISTRY.forms()
 
@@ -67,7 +67,7 @@ def test_old_names_load_the_same_backends(tmp_path):
     assert isinstance(rerank.load(" lexical "), LexicalReranker) and rerank.load("none") is None
     assert embed.load("hashing-64").embed(["x"]).shape == (1, 64)
     assert type(index.open(tmp_path / "idx")).__name__ == "LanceStore"
-    with pytest.raises(ConfigError, match="^unknown llm 'gpt'; valid: none, ollama:URL, openai:URL$"):
+    with pytest.raises(ConfigError, match="^unknown llm 'gpt'; valid: none, ollama:URL, openai:URL, local, local:PATH$"):
         generate.load("gpt")
 
 

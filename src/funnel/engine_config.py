@@ -22,7 +22,7 @@ from funnel import analyze, embed, generate, rerank
 from funnel.generate import abstain
 from funnel.config import check_ranges, setting
 from funnel.errors import ConfigError
-from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, LLM_TIMEOUT_S
+from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, CONTEXT_WINDOW, LLM_TIMEOUT_S
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.policies import RERANK_DEPTH, RERANK_TIMEOUT_S, PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig
@@ -98,9 +98,25 @@ class LlmConfig:
     timeout_s: float = setting(LLM_TIMEOUT_S, "bound on one LLM call, in seconds", gt=0)
     context_tokens: int = setting(CONTEXT_TOKENS, "passages sent to the LLM, in tokens (approx.)", ge=100)
     answer_tokens: int = setting(ANSWER_TOKENS, "longest LLM answer, in tokens", ge=8)
+    mode: str = setting("auto", "how the LLM answers: reader (reads the best passages' answer windows; each sentence "
+                                "is checked against them, the sentence picker stands in when it refuses), passages "
+                                "(the top passages up to context_tokens), auto (reader for local models)")
+    threads: int | None = setting(None, "local: llama.cpp threads (default: all cores)", ge=1)
+    context_window: int = setting(CONTEXT_WINDOW, "local: llama.cpp context window, prompt and answer, in tokens",
+                                  ge=512)
 
     def __post_init__(self):
         check_ranges(self)
+        if self.mode not in LLM_MODES:
+            raise ConfigError(f"llm mode must be one of {', '.join(LLM_MODES)}, got {self.mode!r}")
+
+    @property
+    def reads(self) -> bool:
+        """Whether the LLM answers as the reader (`funnel.generate.reader`)."""
+        return self.mode == "reader" or (self.mode == "auto" and self.backend.strip().startswith("local"))
+
+
+LLM_MODES = ("auto", "reader", "passages")
 
 
 @dataclass(frozen=True)

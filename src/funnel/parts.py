@@ -23,7 +23,8 @@ def load_reranker(config: RerankConfig) -> Reranker | None:
 def load_chat(config: LlmConfig) -> ChatModel | None:
     """The chat LLM `config.backend` names, or None."""
     return generate.load(config.backend, model=config.model, api_key=config.api_key,
-                         timeout_s=config.timeout_s, completion=config.completion)
+                         timeout_s=config.timeout_s, completion=config.completion, threads=config.threads,
+                         context_window=config.context_window)
 
 
 def build_generator(chat: ChatModel | None, embedder: Embedder, config: LlmConfig | None = None) -> Generator:
@@ -37,5 +38,9 @@ def build_generator(chat: ChatModel | None, embedder: Embedder, config: LlmConfi
     from funnel.generate.llm import FallbackGenerator, LlmGenerator
 
     config = config or LlmConfig()
+    if config.reads:
+        from funnel.generate.reader import ReaderGenerator
+
+        return FallbackGenerator(ReaderGenerator(chat, extractive), extractive)
     llm = LlmGenerator(chat, context_tokens=config.context_tokens, max_answer_tokens=config.answer_tokens)
     return FallbackGenerator(llm, extractive)

@@ -21,6 +21,7 @@ from funnel.generate.abstain import Evidence
 from funnel.generate.base import Generator
 from funnel.generate.chat import ChatModel
 from funnel.generate.context import with_continuations
+from funnel.generate.step import AnswerStep, answerer
 from funnel.group import group
 from funnel.index import open_store
 from funnel.index.base import Filter, ScoredChunk, Store
@@ -156,21 +157,16 @@ class Pipeline:
         needed = abstain.threshold(self.config.answer.abstain, calibrated)
         return None if needed is None else abstain.measure(result.query, result, self.store, needed)
 
-    def answerer(self, result: SearchResult, generator: Generator | None = None) -> tuple[Generator, Evidence | None]:
-        """What answers `result`: `generator` (default: this pipeline's), or the abstainer when the evidence
-        falls short."""
-        generator = generator or self.generator
+    def prepare(self, result: SearchResult, generator: Generator | None = None) -> AnswerStep:
+        """The answer step for `result` (`funnel.generate.step`): `generator` (default: this pipeline's), or the
+        abstainer when the evidence falls short."""
         evidence = self.evidence(result)
-        if evidence is not None and not evidence.supported:
-            return abstain.Abstainer(evidence, generator.name), evidence
-        return generator, evidence
+        return AnswerStep(result.query, result, answerer(generator or self.generator, evidence), evidence)
 
     def answer(self, result: SearchResult, generator: Generator | None = None) -> Answer:
         """The answer to `result`'s query from its passages, or an abstention when they do not support one
         (the closest passages listed, not an answer)."""
-        answerer, evidence = self.answerer(result, generator)
-        answer = answerer.answer(result.query, result)
-        return answer if evidence is None or answer.abstained else abstain.gated(answer, evidence)
+        return self.prepare(result, generator).answer()
 
     def over(self, store: Store) -> Pipeline:
         """This pipeline's models and search config over another store (calibration searches a small copy of
@@ -389,12 +385,11 @@ class Pipeline:
         self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None,
         filter: Filter | None = None,
     ) -> Answer:
-        result = with_continuations(self.search(question, k=k, policy=policy, filter=filter), self.store)
-        t0 = time.perf_counter()
-        answer = self.answer(result)
-        generate_ms = 1000 * (time.perf_counter() - t0)
-        if answer.search is None:
-            return answer
-        # The search result is frozen: the answer carries a copy with the generation's time added.
-        timings = {**answer.search.timings_ms, "generate": generate_ms}
-        return replace(answer, search=replace(answer.search, timings_ms=timings))
+        return self.ask_step(question, k, policy, filter).answer()
+
+    def ask_step(
+        self, question: str, k: int | None = None, policy: PolicyChoice | RerankPolicy | str | None = None,
+        filter: Filter | None = None,
+    ) -> AnswerStep:
+        """Search, then the answer step over what was found."""
+        return self.prepare(with_continuations(self.search(question, k=k, policy=policy, filter=filter), self.store))

@@ -36,7 +36,18 @@ def _openai(url: str, *, model: str | None = None, api_key: str | None = None, t
                       completion_prompt=completion)
 
 
+@REGISTRY.register("local", "local:PATH")
+def _local(path: str, *, timeout_s: float = LLM_TIMEOUT_S, threads: int | None = None,
+           context_window: int | None = None, **_):
+    from funnel.generate.base import CONTEXT_WINDOW
+    from funnel.generate.local import LocalChat
+
+    return LocalChat(path or None, threads=threads, context_window=context_window or CONTEXT_WINDOW,
+                     timeout_s=timeout_s)
+
+
 def load(spec: str, **options):
     """The chat LLM (a `funnel.generate.chat.ChatModel`) a spec names, or None for `none`. Options: model,
-    api_key, timeout_s, completion (a base model: /v1/completions). Cheap: connects to nothing."""
+    api_key, timeout_s, completion (a base model: /v1/completions), threads and context_window (local). Cheap:
+    connects to nothing, loads no model."""
     return REGISTRY.load(spec, **options)

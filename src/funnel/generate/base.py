@@ -10,6 +10,7 @@ from funnel.types import Answer, SearchResult
 LLM_TIMEOUT_S = 60.0  # one call to the LLM server
 CONTEXT_TOKENS = 3000  # passages sent to the LLM, in tokens (approx.)
 ANSWER_TOKENS = 512  # the longest answer, in tokens
+CONTEXT_WINDOW = 4096  # a local model's window (llama.cpp n_ctx): prompt and answer, in the model's tokens
 
 
 @runtime_checkable

@@ -227,6 +227,16 @@ class FallbackGenerator:
         self.fallback = fallback
         self.name = f"{primary.name} (fallback: {fallback.name})"
 
+    def __getattr__(self, name: str):
+        # `borderline` is the primary's (a reader's), with the abstainer as its fallback: a borderline question
+        # the reader cannot read is not answered by the picker the gate judged short of evidence.
+        if name == "borderline" and hasattr(self.primary, "borderline"):
+            from funnel.generate.abstain import Abstainer
+
+            return lambda evidence: FallbackGenerator(self.primary.borderline(evidence),
+                                                      Abstainer(evidence, self.primary.name))
+        raise AttributeError(name)
+
     def answer(self, question: str, result: SearchResult) -> Answer:
         try:
             return self.primary.answer(question, result)

@@ -52,9 +52,8 @@ from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
 from funnel.apps.state.conversations import CitedPassage, Conversations, Turn
 from funnel.apps.state.metrics import STAGES
 from funnel.errors import FunnelError, StoreError
-from funnel.generate.base import Generator
-from funnel.generate.abstain import Evidence, gated
-from funnel.generate.llm import AnswerStream, answer_stream
+from funnel.generate.llm import AnswerStream
+from funnel.generate.step import AnswerStep
 from funnel.types import Answer, SearchResult
 
 log = logging.getLogger("funnel.api")
@@ -78,13 +77,8 @@ class Prepared:
     rewritten_by: str
     result: SearchResult
     timings_ms: dict[str, float]
-    answerer: Generator  # the service's generator, or the abstainer when the evidence falls short
-    evidence: Evidence | None  # None: abstention is off
+    step: AnswerStep  # the answer step: the service's generator, or the abstainer when the evidence falls short
     memory_note: str = ""  # why the conversation's history could not be read
-
-    def settled(self, answer: Answer) -> Answer:
-        """The answer as it is sent: with its evidence, or an abstention when the LLM said it does not know."""
-        return answer if self.evidence is None or answer.abstained else gated(answer, self.evidence)
 
 
 def _citations(answer: Answer) -> tuple[CitedPassage, ...]:
@@ -113,14 +107,12 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     timings = dict(result.timings_ms)
     if how != "none":
         timings["rewrite"] = rewrite_ms
-    answerer, evidence = coll.pipeline.answerer(result, state.generator)
-    return Prepared(body.question, conversation_id, coll.name, how, result, timings, answerer, evidence,
-                    memory_note)
+    step = coll.pipeline.prepare(result, state.generator)
+    return Prepared(body.question, conversation_id, coll.name, how, result, timings, step, memory_note)
 
 
 def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
     state = request.app.state
-    answer = prepared.settled(answer)
     timings = {**prepared.timings_ms, "generate": generate_ms}
     state.metrics.observe({k: v for k, v in timings.items() if k in STAGES})
     note = prepared.memory_note
@@ -152,13 +144,12 @@ def _wants_stream(request: Request, body: AskRequest) -> bool:
 )
 async def ask(name: str, body: AskRequest, request: Request):
     prepared = await run_in_threadpool(_prepare, request, name, body)
-    generator = prepared.answerer
     if not _wants_stream(request, body):
         t0 = time.perf_counter()
-        answer = await run_in_threadpool(generator.answer, prepared.result.query, prepared.result)
+        answer = await run_in_threadpool(prepared.step.answer)
         # In a thread: remembering the turn may be a database write (`funnel serve --database`).
         return await run_in_threadpool(_finish, request, prepared, answer, 1000 * (time.perf_counter() - t0))
-    stream = answer_stream(generator, prepared.result.query, prepared.result)
+    stream = prepared.step.stream()
     return StreamingResponse(
         _events(request, prepared, stream),
         media_type="text/event-stream",

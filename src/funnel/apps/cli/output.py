@@ -11,6 +11,7 @@ from rich.text import Text
 from funnel.apps.cli.common import err, out, styled
 from funnel.errors import ConfigError
 from funnel.rerank.policies import PolicyChoice, Rrf
+from funnel.generate.step import AnswerStep
 from funnel.types import Answer, SearchResult
 
 
@@ -128,9 +129,11 @@ def print_calibration_note(pipeline) -> None:
         out.print(f"abstention threshold {c.abstain_threshold:.2f} ({c.abstain_reason})")
 
 
-def print_answer(answer: Answer) -> None:
-    out.print(styled("Q:", "bold", answer.question))
-    out.print(answer.text)
+def print_answer(answer: Answer, shown: bool = False) -> None:
+    """The answer, its citations and status; `shown`: its question and text were streamed already."""
+    if not shown:
+        out.print(styled("Q:", "bold", answer.question))
+        out.print(answer.text)
     out.print()
     if answer.abstained and answer.citations:
         out.print("closest, not an answer:", style="yellow")
@@ -172,13 +175,26 @@ def answer_json(answer: Answer) -> dict:
     }
 
 
-def show(pipeline, found: SearchResult | Answer, explain: bool, as_json: bool) -> None:
-    """`search`'s result or `ask`'s answer: as JSON, or printed, with the retrieval behind it under --explain."""
+def stream_answer(step: AnswerStep) -> Answer:
+    """The answer step's text printed as it comes (the reader's sentences, each checked), then its answer."""
+    out.print(styled("Q:", "bold", step.question))
+    stream = step.stream()
+    for delta in stream:
+        out.print(delta, end="", markup=False, highlight=False, soft_wrap=True)
+        out.file.flush()
+    out.print()
+    assert stream.answer is not None
+    return stream.answer
+
+
+def show(pipeline, found: SearchResult | Answer, explain: bool, as_json: bool, streamed: bool = False) -> None:
+    """`search`'s result or `ask`'s answer: as JSON, or printed, with the retrieval behind it under --explain
+    (`streamed`: the answer's text was printed as it came)."""
     if as_json:
         out.print_json(json.dumps(answer_json(found) if isinstance(found, Answer) else result_json(found)))
         return
     if isinstance(found, Answer):
-        print_answer(found)
+        print_answer(found, shown=streamed)
     else:
         print_documents(found)
     search = found.search if isinstance(found, Answer) else found

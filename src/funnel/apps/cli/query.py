@@ -11,7 +11,7 @@ from funnel.apps.cli.common import (
     LLM_HELP, EmbedderOpt, IndexOpt, JsonOpt, KOpt, PolicyOpt, RerankerOpt, RetrievalOpt, StopOnce, app, err,
     out_console, settings_from, styled,
 )
-from funnel.apps.cli.output import show
+from funnel.apps.cli.output import show, stream_answer
 from funnel.apps.factory import build_pipeline
 from funnel.index.scope import document_filter
 
@@ -56,7 +56,11 @@ def ask(
     settings = settings_from(index=index, embedder=embedder, k=k, policy=policy, reranker=reranker, llm=llm)
     pipeline = build_pipeline(settings)
     scope = document_filter(pipeline.store, document or [])
-    show(pipeline, pipeline.ask(question, filter=scope), explain, as_json)
+    step = pipeline.ask_step(question, filter=scope)
+    if as_json:
+        show(pipeline, step.answer(), explain, as_json)
+    else:
+        show(pipeline, stream_answer(step), explain, as_json, streamed=True)
 
 
 @app.command(name="eval")
