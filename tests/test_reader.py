@@ -190,3 +190,13 @@ def test_borderline_evidence_goes_to_the_reader_which_decides():
     failing.stream = lambda *a, **k: (_ for _ in ()).throw(UpstreamError("llm", "boom"))  # type: ignore[method-assign]
     broken = FallbackGenerator(ReaderGenerator(failing, grounded.picker), grounded.picker)
     assert AnswerStep(result.query, result, answerer(broken, close), close).answer().abstained
+
+
+def test_a_local_models_tool_call_blocks_become_tool_calls():
+    from funnel.generate.local import tool_calls
+
+    text, calls = tool_calls('Let me look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py", '
+                             '"start_line": 1}}\n</tool_call>')
+    assert text == "Let me look." and calls[0].name == "read_file" and calls[0].arguments["path"] == "a.py"
+    assert tool_calls("<tool_call>{not json}</tool_call>") == ("<tool_call>{not json}</tool_call>", ())
+    assert tool_calls('{"summary": "x"}') == ('{"summary": "x"}', ())

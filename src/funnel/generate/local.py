@@ -15,7 +15,9 @@ fixed system prompt put first is computed once per process.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from funnel.generate.base import CONTEXT_WINDOW, LLM_TIMEOUT_S
 from funnel.errors import BackendUnavailable, UpstreamError, UpstreamTimeout, missing_dependency
-from funnel.generate.chat import ChatMessage, ChatReply, ChatStream, ToolSpec
+from funnel.generate.chat import ChatMessage, ChatReply, ChatStream, ToolCall, ToolSpec, parse_arguments
 from funnel.generate.gguf_parts import checked, default_path
 
 STAGE = "llm"
@@ -154,19 +156,44 @@ class LocalChat:
             if close is not None:
                 close()
         ended = time.perf_counter()
-        text = "".join(parts)
+        text, calls = tool_calls("".join(parts)) if tools else ("".join(parts), ())
         prompt_tokens = getattr(llama, "n_tokens", None)
-        answer_tokens = self._count(llama, text)
+        answer_tokens = self._count(llama, "".join(parts))
         self.last_stats = {
             "first_token_s": (first_at or ended) - started, "seconds": ended - started,
             "answer_tokens": answer_tokens,
         }
-        return ChatReply(text, (), self.name, prompt_tokens - answer_tokens if prompt_tokens else None,
-                         answer_tokens, finish)
+        return ChatReply(text, calls, self.name, prompt_tokens - answer_tokens if prompt_tokens else None,
+                         answer_tokens, "tool_calls" if calls else finish)
 
     @staticmethod
     def _count(llama, text: str) -> int:
         return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)) if text else 0
+
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+def tool_calls(text: str) -> tuple[str, tuple[ToolCall, ...]]:
+    """The text less its tool calls, and the calls: the `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+    blocks that Qwen2.5's (and Hermes') chat template tells the model to write. A block that is not a call
+    (no name, arguments not an object) stays in the text."""
+    calls: list[ToolCall] = []
+
+    def take(match: re.Match) -> str:
+        try:
+            call = json.loads(match.group(1))
+        except ValueError:
+            return match.group(0)
+        name = call.get("name") if isinstance(call, dict) else None
+        if not isinstance(name, str) or not name:
+            return match.group(0)
+        arguments = parse_arguments(call.get("arguments"), f"local tool call {name}")
+        calls.append(ToolCall(f"call_{len(calls)}", name, arguments))
+        return ""
+
+    text = _TOOL_CALL.sub(take, text)
+    return text.strip() if calls else text, tuple(calls)
 
 
 def _guarded(chunks: Iterator[dict]) -> Generator[dict, None, None]:
@@ -181,4 +208,8 @@ def _message(message: ChatMessage) -> dict:
     out: dict = {"role": message.role, "content": message.content}
     if message.name and message.role == "tool":
         out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                             for c in message.tool_calls]
     return out
