@@ -54,11 +54,9 @@ class AnswerStep:
         return AnswerStream(self._settled(answer_stream(self.answerer, self.question, self.result)))
 
     def answer(self) -> Answer:
-        stream = self.stream()
-        for _ in stream:
-            pass
-        assert stream.answer is not None
-        return stream.answer
+        """The whole answer at once (the generator's own `answer`: an HTTP LLM gets one request, not a stream)."""
+        t0 = time.perf_counter()
+        return self._timed(self.settle(self.answerer.answer(self.question, self.result)), t0)
 
     def settle(self, answer: Answer) -> Answer:
         return answer if self.evidence is None or answer.abstained else abstain.gated(answer, self.evidence)
@@ -70,9 +68,12 @@ class AnswerStep:
         finally:
             stream.close()
         assert stream.answer is not None
-        answer = self.settle(stream.answer)
+        return self._timed(self.settle(stream.answer), t0)
+
+    @staticmethod
+    def _timed(answer: Answer, started: float) -> Answer:
         if answer.search is None:
             return answer
         # The search result is frozen: the answer carries a copy with the generation's time added.
-        timings = {**answer.search.timings_ms, "generate": 1000 * (time.perf_counter() - t0)}
+        timings = {**answer.search.timings_ms, "generate": 1000 * (time.perf_counter() - started)}
         return replace(answer, search=replace(answer.search, timings_ms=timings))
