@@ -2,7 +2,7 @@
 both answerers on every question, in one run (issue 39).
 
     python bench/reader.py bench/data/realpdf/questions.yaml [--limit N] [--model PATH.gguf] [--threads 2]
-        [--json OUT] [--index DIR] [--passages 3] [--passage-chars 900]
+        [--only ID_PREFIX] [--json OUT] [--index DIR] [--passages 3] [--passage-chars 900]
 
 Prints, per answerer: answers passed (every `answer_contains` string in the text, no abstention), unanswerable
 questions that abstained, answerable ones wrongly abstained; for the reader how its sentences were settled
@@ -60,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("questions", type=Path)
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--only", help="only the questions whose id starts with this")
     parser.add_argument("--model", type=Path, help="a GGUF (default: the packaged reader)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--index", type=Path)
@@ -79,7 +80,7 @@ def main() -> int:
     load_s = time.perf_counter() - t0
     reader = ReaderGenerator(chat, picker, passages=args.passages, passage_chars=args.passage_chars)
     evalset = suite.evalset
-    ids = list(evalset.queries)[: args.limit]
+    ids = [q for q in evalset.queries if not args.only or q.startswith(args.only)][: args.limit]
     rows = []
     for qid in ids:
         question = evalset.queries[qid]

@@ -174,22 +174,24 @@ def test_borderline_evidence_goes_to_the_reader_which_decides():
 
     generator, _ = reader("It is 75 [1].")  # an invented value: dropped
     wrapped = FallbackGenerator(generator, generator.picker)
-    assert answerer(wrapped, evidence(0.5)) is wrapped  # supported: as configured
-    assert isinstance(answerer(wrapped, evidence(0.4 * BORDERLINE - 0.01)), Abstainer)  # clearly short
-    assert isinstance(answerer(generator.picker, evidence(0.39)), Abstainer)  # the picker cannot decide
+    assert BORDERLINE == 1.0 and isinstance(answerer(wrapped, evidence(0.39)), Abstainer)  # by default: the gate
+    band = 0.7  # `[answer] borderline = 0.7` opens the band
+    assert answerer(wrapped, evidence(0.5), band) is wrapped  # supported: as configured
+    assert isinstance(answerer(wrapped, evidence(0.4 * band - 0.01), band), Abstainer)  # clearly short
+    assert isinstance(answerer(generator.picker, evidence(0.39), band), Abstainer)  # the picker cannot decide
     result = search_result([MANUAL[1]], "What is the default weight of a glob pattern?")
-    close = evidence(0.4 * BORDERLINE + 0.01)
-    step = AnswerStep(result.query, result, answerer(wrapped, close), close)
+    close = evidence(0.4 * band + 0.01)
+    step = AnswerStep(result.query, result, answerer(wrapped, close, band), close)
     answer = step.answer()
     assert answer.abstained and "75" not in answer.text  # nothing the reader could stand behind: abstained
     grounded, _ = reader("The default weight is 50 [1].")
-    step = AnswerStep(result.query, result, answerer(FallbackGenerator(grounded, grounded.picker), close), close)
+    step = AnswerStep(result.query, result, answerer(FallbackGenerator(grounded, grounded.picker), close, band), close)
     answer = step.answer()
     assert not answer.abstained and answer.text == "The default weight is 50 [1]."  # a paraphrase, answered
     failing = ScriptedChat()
     failing.stream = lambda *a, **k: (_ for _ in ()).throw(UpstreamError("llm", "boom"))  # type: ignore[method-assign]
     broken = FallbackGenerator(ReaderGenerator(failing, grounded.picker), grounded.picker)
-    assert AnswerStep(result.query, result, answerer(broken, close), close).answer().abstained
+    assert AnswerStep(result.query, result, answerer(broken, close, band), close).answer().abstained
 
 
 def test_a_local_models_tool_call_blocks_become_tool_calls():

@@ -23,6 +23,7 @@ from funnel.generate import abstain
 from funnel.config import check_ranges, setting
 from funnel.errors import ConfigError
 from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, CONTEXT_WINDOW, LLM_TIMEOUT_S
+from funnel.generate.step import BORDERLINE
 from funnel.ingest.walk import FileLimits
 from funnel.rerank.policies import RERANK_DEPTH, RERANK_TIMEOUT_S, PolicyParams, RerankPolicy
 from funnel.retrieve.first_stage import FirstStageConfig
@@ -124,9 +125,13 @@ class AnswerConfig:
     abstain: str = setting("auto", "when the evidence does not support an answer, say so and list the closest "
                                    "passages: auto (the index's calibrated threshold, else "
                                    f"{abstain.DEFAULT_THRESHOLD}), off, or a threshold from 0 to 1")
+    borderline: float = setting(BORDERLINE, "with a reader (llm mode reader): evidence from this share of the "
+                                            "threshold up to it goes to the reader, which answers or abstains "
+                                            "(1: the gate alone decides)", ge=0, le=1)
 
     def __post_init__(self):
         object.__setattr__(self, "abstain", abstain.check_setting(str(self.abstain)))
+        check_ranges(self)
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,8 @@ class Pipeline:
         """The answer step for `result` (`funnel.generate.step`): `generator` (default: this pipeline's), or the
         abstainer when the evidence falls short."""
         evidence = self.evidence(result)
-        return AnswerStep(result.query, result, answerer(generator or self.generator, evidence), evidence)
+        chosen = answerer(generator or self.generator, evidence, self.config.answer.borderline)
+        return AnswerStep(result.query, result, chosen, evidence)
 
     def answer(self, result: SearchResult, generator: Generator | None = None) -> Answer:
         """The answer to `result`'s query from its passages, or an abstention when they do not support one

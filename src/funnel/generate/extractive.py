@@ -173,13 +173,18 @@ class ExtractiveGenerator:
         self.keep_ratio = keep_ratio
 
     def answer(self, question: str, result: SearchResult) -> Answer:
+        return self.pick(question, result)[0]
+
+    def pick(self, question: str, result: SearchResult) -> tuple[Answer, bool]:
+        """The answer, and whether it is a table's cell found by its row and column (exact: the reader
+        leaves those as they are)."""
         units: list[tuple[str, Chunk, bool]] = []
         for document in result.documents:
             for hit in document.hits:
                 units.extend((text, hit.chunk, dangling) for text, dangling in _units(hit.chunk))
         pool = [(text, chunk) for text, chunk, _ in _continued(units)]
         if not pool:
-            return Answer(question, NOT_FOUND, (), self.name, result)
+            return Answer(question, NOT_FOUND, (), self.name, result), False
 
         cjk = has_cjk(question)
         if cjk and any(has_cjk(s) for s, _ in pool):  # a Korean (Chinese, Japanese) question: an answer in it
@@ -199,7 +204,7 @@ class ExtractiveGenerator:
             # a question in those scripts the shared terms decide and the cosine only breaks ties.
             scores = (0.1 if cjk else 1.0) * (sentences @ vector) + self.lexical_weight * lexical
             if len(asked) == 1 and (cell := find_cell(part, pool, scores)) is not None:  # a table lookup
-                return cell_answer(question, cell, result, self.name)
+                return cell_answer(question, cell, result, self.name), True
             chosen += self._choose(scores, pool, chosen, parts=len(asked))
 
         numbers: dict[str, int] = {}
@@ -211,7 +216,7 @@ class ExtractiveGenerator:
                 numbers[chunk.chunk_id] = len(numbers) + 1
                 citations.append(Citation.of(numbers[chunk.chunk_id], chunk, sentence))
             parts.append(f"{sentence} [{numbers[chunk.chunk_id]}]")
-        return Answer(question, "\n".join(parts), tuple(citations), self.name, result)
+        return Answer(question, "\n".join(parts), tuple(citations), self.name, result), False
 
     def _choose(
         self, scores: np.ndarray, pool: list[tuple[str, Chunk]], taken: list[int], parts: int

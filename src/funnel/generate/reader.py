@@ -2,7 +2,8 @@
 held to them before anyone sees it.
 
 1. The sentence picker (`ExtractiveGenerator`) answers first, in well under a second. Its chosen sentences
-   say where on each passage the answer most likely is.
+   say where on each passage the answer most likely is. A table cell it found by its row and column is
+   the answer as it is (the model, measured, misread such rows).
 2. The model sees the `passages` best chunks (by final rank; the picker's first chunk always among them),
    each cut to a window of `passage_chars` around the picker's sentence (or the question's words): table
    rows keep their header line. It is told to answer from them alone, in the question's language, citing
@@ -111,9 +112,9 @@ class ReaderGenerator:
     # --- internals -----------------------------------------------------------------------------------
 
     def _stream(self, question: str, result: SearchResult) -> Generator[str, None, Answer]:
-        picked = self.picker.answer(question, result)
+        picked, cell = self.picker.pick(question, result)
         passages = self.pack(question, result, picked)
-        if not passages:
+        if cell or not passages:  # a table's cell by its row and column is exact: nothing to read
             yield from _whole(picked)
             return picked
         texts = {p.number: p.text for p in passages}
