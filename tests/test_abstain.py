@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from funnel.engine_config import AnswerConfig, EngineConfig, GroupingConfig
+from funnel.analyze import has_cjk
 from funnel.errors import ConfigError
 from funnel.generate import abstain
 from funnel.index.lance import LanceStore
@@ -54,7 +55,9 @@ def test_the_calibration_sets_the_threshold_and_says_what_it_abstains_on(index):
     c = p.calibration()
     assert c.abstain_threshold is not None and 0 < c.abstain_threshold <= 1 and c.abstain_reason
     m = c.abstain_measured
-    assert m["foreign_questions"] == len(abstain_module().foreign_questions())
+    every = abstain_module().foreign_questions()
+    english = [q for q in every if not has_cjk(q)]
+    assert m["foreign_questions"] == len(english) < len(every)  # a fund's English papers: no Korean asked
     assert m["foreign_abstained"] >= 0.8  # questions about cooking and sport abstain on a fund's papers
     assert m["answerable_abstained"] <= 0.03 + 1e-9
     assert p.evidence(p.search(ANSWERED)).threshold == pytest.approx(c.abstain_threshold)
@@ -111,3 +114,21 @@ def test_ask_json_says_abstained(index):
         done = subprocess.run([*run, question], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["abstained"] is expected
+
+
+def test_calibrating_an_english_index_never_loads_the_korean_analyzer(index):
+    folder, _ = index
+    code = ("import sys; from funnel.engine_config import EngineConfig; from funnel.pipeline import Pipeline; "
+            f"Pipeline.build(EngineConfig(index={str(folder)!r}), reranker=None).calibrate(); "
+            "print('kiwipiepy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_korean_foreign_questions_are_asked_only_of_an_index_that_holds_such_text():
+    from funnel.calibrate.abstain import asked
+
+    questions = ("How do I bake bread?", "김치찌개는 어떻게 끓이나요?")
+    assert asked(questions, cjk_index=True) == list(questions)
+    assert asked(questions, cjk_index=False) == ["How do I bake bread?"]

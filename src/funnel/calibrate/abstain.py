@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from funnel.analyze import has_cjk
 from funnel.calibrate.queries import generated
 from funnel.generate.abstain import DEFAULT_THRESHOLD, measure
 from funnel.rerank.policies import RerankPolicy
@@ -51,16 +52,25 @@ def _scores(pipeline: Pipeline, questions: list[str], progress: Progress | None)
     return scores
 
 
-def _answerable(pipeline: Pipeline, seed: int) -> list[str]:
-    """Sentences of chunks sampled across the index, as the calibration samples them."""
-    queries, _ = generated(pipeline.store, ANSWERABLE_QUERIES, seed, ("sentence",))
-    return [q.text for q in queries]
+def _answerable(pipeline: Pipeline, seed: int) -> tuple[list[str], bool]:
+    """Sentences of chunks sampled across the index, as the calibration samples them, and whether any chunk
+    sampled is in Hangul, Han or Kana."""
+    queries, sources = generated(pipeline.store, ANSWERABLE_QUERIES, seed, ("sentence",))
+    return [q.text for q in queries], any(has_cjk(chunk.text) for chunk in sources.values())
+
+
+def asked(questions: tuple[str, ...], cjk_index: bool) -> list[str]:
+    """The foreign questions worth asking this index: on one with no Hangul, Han or Kana, a question in those
+    scripts shares no term with any chunk (its evidence is nil, it abstains whatever the threshold), and
+    analysing it would load the Korean analyzer (~600 MB) into a process that never reads Korean."""
+    return list(questions) if cjk_index else [q for q in questions if not has_cjk(q)]
 
 
 def abstention_threshold(pipeline: Pipeline, seed: int = 0, progress: Progress | None = None) -> dict:
     """The calibration's abstention fields: the threshold, why, and what it abstains on in both samples."""
-    foreign = _scores(pipeline, list(foreign_questions()), progress)
-    answerable = _scores(pipeline, _answerable(pipeline, seed), progress)
+    own, cjk_index = _answerable(pipeline, seed)
+    foreign = _scores(pipeline, asked(foreign_questions(), cjk_index), progress)
+    answerable = _scores(pipeline, own, progress)
     wanted = float(np.quantile(foreign, FOREIGN_ABSTAIN)) + 0.01
     threshold, reason = DEFAULT_THRESHOLD, "the default"
     if wanted > threshold:
