@@ -107,6 +107,13 @@ class ReturningStream(Iterator[str], Generic[R]):
     def close(self) -> None:
         self._events.close()
 
+    def finish(self) -> R:
+        """Read the rest of the deltas; the final value."""
+        for _ in self:
+            pass
+        assert self.value is not None
+        return self.value
+
 
 class ChatStream(ReturningStream[ChatReply]):
     """The text deltas of one streamed reply. `reply` is None until the deltas are exhausted, then the

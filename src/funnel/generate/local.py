@@ -25,7 +25,7 @@ from pathlib import Path
 
 from funnel.generate.base import CONTEXT_WINDOW, LLM_TIMEOUT_S
 from funnel.errors import BackendUnavailable, UpstreamError, UpstreamTimeout, missing_dependency
-from funnel.generate.chat import ChatMessage, ChatReply, ChatStream, ToolCall, ToolSpec, parse_arguments
+from funnel.generate.chat import ChatCall, ChatMessage, ChatReply, ChatStream, ToolCall, ToolSpec, parse_arguments
 from funnel.generate.gguf_parts import checked, default_path
 
 STAGE = "llm"
@@ -73,12 +73,8 @@ class LocalChat:
         max_tokens: int | None = None,
         temperature: float = 0.0,
     ) -> ChatReply:
-        stream = self.stream(messages, max_tokens=max_tokens, temperature=temperature, tools=tools,
-                             json_schema=json_schema)
-        for _ in stream:
-            pass
-        assert stream.reply is not None
-        return stream.reply
+        return self.stream(messages, max_tokens=max_tokens, temperature=temperature, tools=tools,
+                           json_schema=json_schema).finish()
 
     def stream(
         self,
@@ -125,8 +121,7 @@ class LocalChat:
     def _generate(self, llama, messages, max_tokens, temperature, tools, json_schema) -> Generator[str, None, ChatReply]:
         options: dict = {}
         if tools:
-            options["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                                  "parameters": t.parameters}} for t in tools]
+            options["tools"] = ChatCall(messages, tools).function_tools()
         if json_schema is not None:
             options["response_format"] = {"type": "json_object", "schema": json_schema}
         started = time.perf_counter()

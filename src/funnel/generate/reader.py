@@ -28,7 +28,7 @@ from funnel.generate.chat import ChatMessage, ChatModel
 from funnel.generate.extractive import ExtractiveGenerator, question_terms
 from funnel.generate.grounding import SENTENCE_DONE, check, sentences
 from funnel.generate.llm import AnswerStream, Passage, _body, cited
-from funnel.types import Answer, Chunk, SearchResult
+from funnel.types import Answer, SearchResult
 
 SYSTEM_PROMPT = (
     "You answer a question from numbered passages of the user's documents. Rules:\n"
@@ -75,11 +75,7 @@ class ReaderGenerator:
             warm()
 
     def answer(self, question: str, result: SearchResult) -> Answer:
-        stream = self.stream_answer(question, result)
-        for _ in stream:
-            pass
-        assert stream.answer is not None
-        return stream.answer
+        return self.stream_answer(question, result).finish()
 
     def stream_answer(self, question: str, result: SearchResult) -> AnswerStream:
         return AnswerStream(self._stream(question, result))
@@ -87,10 +83,7 @@ class ReaderGenerator:
     def pack(self, question: str, result: SearchResult, picked: Answer) -> tuple[Passage, ...]:
         """The passages the model reads: the best chunks, each windowed around its answer."""
         hits = sorted((h for d in result.documents for h in d.hits), key=lambda h: h.final_rank)
-        chunks: list[Chunk] = []
-        for hit in hits:
-            if hit.chunk.chunk_id not in {c.chunk_id for c in chunks}:
-                chunks.append(hit.chunk)
+        chunks = list({h.chunk.chunk_id: h.chunk for h in hits}.values())  # best first, each once
         top = chunks[: self.passages]
         first = next((c for c in chunks if picked.citations and c.chunk_id == picked.citations[0].chunk_id), None)
         if first is not None and first not in top:
