@@ -20,6 +20,7 @@ SUITES = {
     "fuzz": "Fuzzing (hypothesis): inputs per target",
     "upstream": "Upstream faults: faults injected per kind",
     "soak": "Soak: `funnel serve` under mixed load",
+    "security": "Security: attacks by an outsider and by a reader key (tests/reliability/test_attacks.py)",
 }
 
 

@@ -72,10 +72,13 @@ class FailingReranker:
 
 @contextmanager
 def serving(app):
-    """Run an ASGI app with uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
+    """Run an ASGI app with uvicorn on 127.0.0.1 (a free port) in a thread, with the options `funnel serve`
+    uses (uvicorn believes no X-Forwarded-For); yields its base URL."""
+    from funnel.apps.api import uvicorn_options
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **uvicorn_options()))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

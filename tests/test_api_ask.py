@@ -253,7 +253,7 @@ def test_a_conversation_continues_on_another_server_sharing_the_database(data_di
 class ForgetfulConversations(EmbeddedConversations):
     """Reads work; remembering a turn finds the service's database gone (it went down mid-answer)."""
 
-    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
+    def add(self, collection: str, conversation_id: str, turn: Turn, owner: str = "open") -> None:
         raise DatabaseUnavailable("the database at postgresql://127.0.0.1:1/funnel is unavailable: gone")
 
 

@@ -91,7 +91,7 @@ def test_another_model_is_refused_by_name(client):
         ({"input": []}, 422, "input is empty"),
         ({"input": ["fine", "  "]}, 422, "input[1] is empty"),
         ({"input": "x", "dimensions": 128}, 400, "dimensions must be 384"),
-        ({"input": ["x"] * 2049}, 422, "the limit is 2048"),
+        ({"input": ["x"] * 257}, 422, "the limit is 256"),
         ({"input": "x", "encoding_format": "int8"}, 422, ""),
     ],
 )

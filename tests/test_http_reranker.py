@@ -254,8 +254,8 @@ def test_cohere_shape_top_n_and_documents(funnel_server):
     "body, message",
     [
         ({"query": "  ", "documents": ["a"]}, "query is empty"),
-        ({"query": "q", "documents": ["a"] * 1001}, "at most 1000"),
-        ({"query": "q", "documents": ["a", "b" * 100_001]}, "documents[1] has 100001 characters"),
+        ({"query": "q", "documents": ["a"] * 257}, "at most 256"),
+        ({"query": "q", "documents": ["a", "b" * 32_001]}, "documents[1] has 32001 characters"),
         ({"query": "q"}, "Field required"),
     ],
 )

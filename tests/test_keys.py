@@ -14,6 +14,7 @@ import pytest
 from helpers import FakeClock
 
 from funnel.apps.state.db import Database
+from funnel.apps.state.home import EmbeddedHome
 from funnel.apps.state.keys import (
     CACHE_TTL_S,
     KeyRejected,
@@ -163,6 +164,7 @@ def funnel(*args, cwd):
 
 def test_cli_create_list_revoke(tmp_path):
     data = ["--data-dir", str(tmp_path / "data")]
+    EmbeddedHome(tmp_path / "data").write_marker("docs")  # a key is for a collection that exists
     made = funnel("keys", "create", "--role", "reader", "--collection", "docs", "--expires", "30", *data,
                   cwd=tmp_path)
     assert made.returncode == 0, made.stderr
@@ -183,7 +185,8 @@ def test_cli_create_list_revoke(tmp_path):
     assert revoked.returncode == 0 and revoked.stdout.strip().splitlines()[-1] == key_id
     assert "revoked" in funnel("keys", "list", *data, cwd=tmp_path).stdout.splitlines()[0]
     for args, said in [(("revoke", "nope"), "no key 'nope'"), (("create", "--role", "root"), "unknown role"),
-                       (("create", "--role", "reader", "--collection", "A B"), "not a collection")]:
+                       (("create", "--role", "reader", "--collection", "A B"), "not a collection"),
+                       (("create", "--role", "reader", "--collection", "nope"), "no collection 'nope'")]:
         bad = funnel("keys", *args, *data, cwd=tmp_path)
         assert bad.returncode != 0 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 

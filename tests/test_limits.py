@@ -1,8 +1,9 @@
 """Limits (issue 34): requests per minute and upload bytes per day per key (429 + Retry-After, recovering when
 the window ends), the defaults and the single api_key, refused keys per client address (brute force), and
 the counts shared by two servers on one PostgreSQL. Windows are shortened by `[serve] limit_window_s` or
-moved by a FakeClock; nothing sleeps a minute. Client addresses are varied with X-Forwarded-For, which
-uvicorn (the server `funnel serve` runs) honours from 127.0.0.1 only, the proxy it trusts by default."""
+moved by a FakeClock; nothing sleeps a minute. Client addresses are varied with X-Forwarded-For from a server
+that trusts 127.0.0.1 as its proxy (`[serve] trusted_proxies`); without that setting the header is not
+believed (issue 40: forged addresses). A key's rerank and embeddings calls count apart (`compute_rpm`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from api_support import upload
+from api_support import upload, wait_done
 from helpers import FakeClock, serving
 from test_keys import funnel
 
@@ -132,10 +133,10 @@ def test_a_server_answers_429_with_retry_after_then_recovers(tmp_path):
 def test_a_server_limits_upload_bytes_per_day_and_keeps_defaults(tmp_path):
     store = open_keys(None, tmp_path)
     admin = _key(store, "admin", rpm=0)  # unlimited, though the default below is 5
-    writer = _key(store, "writer", ["docs"], upload_mb_per_day=0.002)  # 2097 bytes a day
     plain = _key(store, "reader")
     with serving(create_app(_settings(tmp_path, key_rpm=5, api_key=LEGACY))) as url:
         assert httpx.post(url + "/v1/collections", json={"name": "docs"}, headers=_as(admin)).status_code == 201
+        writer = _key(store, "writer", ["docs"], upload_mb_per_day=0.002)  # 2097 bytes a day
         client = httpx.Client(base_url=url, headers=_as(writer), timeout=30)
         assert upload(client, "docs", [("a.txt", b"anvils " * 100)]).status_code == 202
         refused = upload(client, "docs", [("b.txt", b"lighthouses " * 100)])
@@ -154,7 +155,9 @@ def test_brute_force_throttles_one_address_and_not_another(tmp_path, caplog):
     store = open_keys(None, tmp_path)
     right = _key(store, "reader")
     wrong = f"fk_{'a' * 12}_{'z' * 43}"
-    with serving(create_app(_settings(tmp_path, auth_failures_per_minute=3, limit_window_s=4))) as url:
+    settings = _settings(tmp_path, auth_failures_per_minute=3, limit_window_s=4,
+                         trusted_proxies=["127.0.0.1"])
+    with serving(create_app(settings)) as url:
         assert httpx.get(url + "/v1/collections", headers=_as(right, "10.0.0.3")).status_code == 200  # warm
         time.sleep(4 - time.time() % 4)  # the whole story below fits in one 4 s window
         for _ in range(3):
@@ -166,11 +169,124 @@ def test_brute_force_throttles_one_address_and_not_another(tmp_path, caplog):
         assert 1 <= int(throttled.headers["retry-after"]) <= 4 and "\n" not in throttled.json()["detail"]
         assert httpx.get(url + "/v1/collections", headers=_as(right, "10.0.0.2")).status_code == 200
         assert httpx.get(url + "/v1/collections", headers=_as(wrong, "10.0.0.2")).status_code == 401
-        assert httpx.get(url + "/health", headers=_as(wrong, "10.0.0.1")).status_code == 200, "open paths stay open"
+        assert httpx.get(url + "/health", headers={"X-Forwarded-For": "10.0.0.1"}).status_code == 200, (
+            "open paths stay open to requests without a key")
+        assert httpx.get(url + "/health", headers=_as(wrong, "10.0.0.1")).status_code == 429, (
+            "a key sent to /health is checked like anywhere else (issue 40)")
         time.sleep(int(throttled.headers["retry-after"]) + 0.05)
         assert httpx.get(url + "/v1/collections", headers=_as(right, "10.0.0.1")).status_code == 200
     assert caplog.text.count("refused an API key from 10.0.0.1 (key id aaaaaaaaaaaa)") == 3
     assert "3 refused keys from 10.0.0.1" in caplog.text and "z" * 43 not in caplog.text
+
+
+# --- forwarded addresses (issue 40) ---------------------------------------------------------------------
+
+
+def _from(address: str) -> httpx.Client:
+    """A client whose connection comes from `address` (any of 127.0.0.0/8 is this machine)."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
+
+
+def _audited_clients(app, action: str = "auth.failed") -> set[str]:
+    deadline = time.monotonic() + 5  # a row is written as its response ends
+    while True:
+        clients = {row.client for row in app.state.audit.store.read(1000) if row.action == action}
+        if clients or time.monotonic() > deadline:
+            return clients
+        time.sleep(0.05)
+
+
+def _one_window(length: int) -> None:
+    if length - time.time() % length < 30:  # all of a test in one window
+        time.sleep(length - time.time() % length)
+
+
+def test_a_forged_forwarded_address_is_not_believed(tmp_path):
+    """Without trusted proxies, a process on the server's host that forges a new X-Forwarded-For per guess is
+    still one address: blocked after auth_failures_per_minute (20), logged as itself, and nobody else is."""
+    store = open_keys(None, tmp_path)
+    right = _key(store, "reader")
+    wrong = f"fk_{'c' * 12}_{'w' * 43}"
+    app = create_app(_settings(tmp_path, limit_window_s=3600))
+    _one_window(3600)
+    with serving(app) as url, _from("127.0.0.1") as attacker, _from("127.0.0.2") as other:
+        forged = [f"10.0.0.{i}" for i in range(1, 26)]
+        statuses = [attacker.get(url + "/v1/collections", headers=_as(wrong, a)).status_code for a in forged]
+        assert statuses == [401] * 20 + [429] * 5
+        assert _audited_clients(app) == {"127.0.0.1"}
+        assert other.get(url + "/v1/collections", headers=_as(right, "10.0.0.1")).status_code == 200
+        assert attacker.get(url + "/v1/collections", headers=_as(right, "10.0.0.99")).status_code == 429
+
+
+def test_trusted_proxies_are_the_only_ones_believed(tmp_path):
+    store = open_keys(None, tmp_path)
+    right = _key(store, "reader")
+    wrong = f"fk_{'d' * 12}_{'w' * 43}"
+    app = create_app(_settings(tmp_path, auth_failures_per_minute=3, limit_window_s=3600,
+                               trusted_proxies=["127.0.0.1"]))
+    _one_window(3600)
+    with serving(app) as url, _from("127.0.0.1") as proxy, _from("127.0.0.2") as stranger:
+        for _ in range(3):  # through the proxy: the forwarded address is the client
+            assert proxy.get(url + "/v1/collections", headers=_as(wrong, "10.9.9.9")).status_code == 401
+        assert proxy.get(url + "/v1/collections", headers=_as(right, "10.9.9.9")).status_code == 429
+        assert proxy.get(url + "/v1/collections", headers=_as(right, "10.9.9.8")).status_code == 200
+        assert _audited_clients(app) == {"10.9.9.9"}
+        for _ in range(3):  # from a peer that is no proxy: its own address, whatever it forwards
+            assert stranger.get(url + "/v1/collections", headers=_as(wrong, "10.7.7.7")).status_code == 401
+        assert proxy.get(url + "/v1/collections", headers=_as(right, "10.7.7.7")).status_code == 200
+        assert stranger.get(url + "/v1/collections", headers=_as(right)).status_code == 429
+    assert _audited_clients(app) == {"10.9.9.9", "127.0.0.2"}
+
+
+# --- compute: rerank and embeddings per key (issue 40) --------------------------------------------------
+
+
+def test_compute_calls_count_apart_from_the_rpm():
+    clock = FakeClock(1_200_000.0)
+    limits = KeyLimits(MemoryCounters(clock), defaults=(10, None), compute_rpm=2, clock=clock)
+    key = Principal("k", Role.READER)
+    limits(key, "POST /v1/rerank", {})
+    limits(key, "POST /v1/embeddings", {})
+    with pytest.raises(RateLimited) as over:
+        limits(key, "POST /api/rerank", {})
+    assert over.value.retry_after_s == 60 and "2 rerank and embedding requests per minute" in str(over.value)
+    limits(key, "POST /v1/collections/{name}/search", {})  # other routes: the rpm alone (4 of 10)
+    limits(Principal("k2", Role.READER), "POST /v1/rerank", {})  # another key: its own bucket
+    for _ in range(20):
+        limits(Principal("api_key", Role.ADMIN), "POST /v1/rerank", {})  # the api_key is exempt
+        limits(None, "POST /v1/rerank", {})  # an open service counts nothing
+    clock.now += 60
+    limits(key, "POST /v1/rerank", {})  # a new minute
+    unlimited = KeyLimits(MemoryCounters(clock), compute_rpm=0, clock=clock)
+    for _ in range(100):
+        unlimited(key, "POST /v1/rerank", {})
+
+
+def test_a_server_limits_a_keys_compute_but_not_its_search(tmp_path):
+    store = open_keys(None, tmp_path)
+    reader, other = _key(store, "reader"), _key(store, "reader")
+    settings = Settings(embedder="hashing", reranker="lexical", data_dir=tmp_path, api_key=LEGACY,
+                        serve={"compute_rpm": 3, "limit_window_s": 3600})
+    _one_window(3600)
+    with serving(create_app(settings)) as url:
+        c = httpx.Client(base_url=url, headers=_as(reader), timeout=30)
+        admin = httpx.Client(base_url=url, headers=_as(LEGACY), timeout=30)
+        assert admin.post("/v1/collections", json={"name": "docs"}).status_code == 201
+        assert upload(admin, "docs", [("a.txt", b"anvils and lighthouses\n")]).status_code == 202
+        wait_done(admin, "docs")
+        body = {"query": "anvils", "documents": ["anvils", "lighthouses"]}
+        assert c.post("/v1/rerank", json=body).status_code == 200
+        assert c.post("/api/rerank", json=body).status_code == 200
+        assert c.post("/v1/embeddings", json={"input": "anvils"}).status_code == 200
+        over = c.post("/v1/rerank", json=body)
+        assert over.status_code == 429 and 1 <= int(over.headers["retry-after"]) <= 3600
+        assert "3 rerank and embedding requests per 3600 s" in over.json()["detail"]
+        assert c.post("/v1/embeddings", json={"input": "anvils"}).status_code == 429
+        assert c.post("/v1/collections/docs/search", json={"query": "anvils"}).status_code == 200
+        assert httpx.post(url + "/v1/rerank", json=body, headers=_as(other)).status_code == 200
+        assert all(admin.post("/v1/rerank", json=body).status_code == 200 for _ in range(5))
+        c.close()
+        admin.close()
 
 
 # --- PostgreSQL: every process counts into one row ---------------------------------------------------------------
@@ -200,7 +316,8 @@ def test_two_servers_on_one_postgres_share_the_counts(tmp_path, pg_dsn):
     finally:
         db.close()
     settings = Settings(embedder="hashing", reranker="none", database=pg_dsn, data_dir=tmp_path / "unused",
-                        serve={"auth_failures_per_minute": 4, "limit_window_s": 3600})
+                        serve={"auth_failures_per_minute": 4, "limit_window_s": 3600,
+                               "trusted_proxies": ["127.0.0.1"]})
     wrong = f"fk_{'b' * 12}_{'q' * 43}"
     if 3600 - time.time() % 3600 < 30:  # all of it in one window
         time.sleep(3600 - time.time() % 3600)

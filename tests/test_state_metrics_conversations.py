@@ -110,6 +110,30 @@ def test_conversations_are_bounded(database, tmp_path):
     assert questions(conversations.history(C, "c4")) == ["huge"]
 
 
+def test_forgetting_never_crosses_a_collection_or_another_key(database, tmp_path):
+    """Issue 40: the bound was global, so one collection's reader flooding new conversations forgot every
+    other collection's. Now a key's flood forgets its own first, then its collection's, never another's."""
+    conversations = open_conversations(database, tmp_path, max_conversations=5, max_per_owner=3)
+    conversations.add("b", "b-chat", Turn("qb", "qb", "x"), owner="key-b")
+    conversations.add("a", "a-chat", Turn("qa", "qa", "x"), owner="key-a2")
+    for n in range(12):
+        conversations.add("a", f"flood{n}", Turn("q", "q", "x"), owner="key-a")
+    assert {c.id for c in conversations.list("a")} == {"a-chat", "flood9", "flood10", "flood11"}
+    assert questions(conversations.history("b", "b-chat")) == ["qb"]
+    assert conversations.owner("a", "flood11") == "key-a" and conversations.owner("a", "gone") is None
+    for n in range(3):  # three more keys: past the collection's bound its least recently used go
+        conversations.add("a", f"other{n}", Turn("q", "q", "x"), owner=f"key-o{n}")
+    assert len(conversations.list("a")) == 5 and conversations.history("a", "a-chat") == ()
+    assert questions(conversations.history("b", "b-chat")) == ["qb"]
+
+
+def test_a_service_without_keys_is_bounded_per_collection_only(database, tmp_path):
+    conversations = open_conversations(database, tmp_path, max_conversations=4, max_per_owner=2)
+    for n in range(6):
+        conversations.add(C, f"c{n}", Turn("q", "q", "x"))  # owner: "open"
+    assert len(conversations.list(C)) == 4
+
+
 def test_reading_a_conversation_keeps_it_from_being_forgotten(database, tmp_path):
     conversations = open_conversations(database, tmp_path, max_conversations=2)
     conversations.add(C, "a", Turn("qa", "qa", "x"))
@@ -372,3 +396,22 @@ def test_a_database_that_is_down_is_a_503_without_the_password(monkeypatch):
         assert "s3cret-pw" not in str(caught.value) and "unavailable" in str(caught.value)
     metrics.close()  # logs what it could not write; raises nothing
     db.close()
+
+
+def test_a_conversation_file_of_the_last_release_gains_owners(tmp_path):
+    """Schema 1 (no owner column) is migrated in place: its conversations stay, owned by nobody ("")."""
+    import sqlite3
+
+    from funnel.apps.state.conversations_sqlite import SQLITE_V1
+
+    path = tmp_path / "conversations.sqlite"
+    with sqlite3.connect(path) as con:
+        for statement in SQLITE_V1:
+            con.execute(statement)
+        con.execute("INSERT INTO funnel_conversations (collection, id, title, created_ts, updated_ts) "
+                    "VALUES ('default', 'old', 'old', 1, 1)")
+        con.execute("PRAGMA user_version = 1")
+    conversations = open_conversations(None, tmp_path)
+    assert conversations.owner(C, "old") == ""
+    conversations.add(C, "new", Turn("q", "q", "x"), owner="k1")
+    assert (conversations.owner(C, "new"), len(conversations)) == ("k1", 2)

@@ -45,7 +45,6 @@ def team(tmp_path):
     store = open_keys(None, tmp_path / "data")
     admin, reader = new_key("admin", None), new_key("reader", ["a"])
     store.add(admin.record)
-    store.add(reader.record)
     with serving(create_app(settings(tmp_path, reranker="lexical"))) as url:
         docs = {}
         with httpx.Client(base_url=url, headers={"X-API-Key": admin.token}, timeout=60) as client:
@@ -53,6 +52,7 @@ def team(tmp_path):
                 assert client.post("/v1/collections", json={"name": name}).status_code == 201
                 assert upload(client, name, [(f"{name}.txt", text)]).status_code == 202
                 docs[name] = wait_done(client, name)[0]["id"]
+        store.add(reader.record)  # once a exists: a new collection takes its name off older keys
         yield Team(url, admin.token, reader.token, docs)
 
 

@@ -14,11 +14,16 @@ Errors are converted once (`errors`): `FunnelError` subclasses map to status cod
 without the offending input; anything else a 500 without a traceback. Keys (`access`): with `api_key` set
 or any key made, every route but /health, the page and the docs needs one, and each key may do what its
 role allows on its collections. OpenAPI: `/openapi.json`; docs at `/docs` (Swagger UI loads its assets from a
-CDN).
+CDN). Every number a request carries has an upper bound (query and path parameters:
+tests/test_bounded_params.py; rerank and embeddings sizes). Every response carries security headers
+(`middleware.SecurityHeaders`). The client's address is the connection's; X-Forwarded-For is believed only
+from `[serve] trusted_proxies` (uvicorn's ProxyHeadersMiddleware, outermost), never by uvicorn itself
+(`uvicorn_options`).
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.cors import CORSMiddleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 import funnel
 from funnel.apps.api import ask, audit, collections, conversations, embeddings, keys, metrics, rerank
@@ -35,7 +41,7 @@ from funnel.apps.api.audit import AuditLog, AuditTrail, gate_for
 from funnel.apps.api.errors import ERROR_STATUS, install_error_handlers, status_for
 from funnel.apps.api.limits import AuthGuard, KeyLimits
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
-from funnel.apps.api.middleware import BodyLimit, RequestMetrics
+from funnel.apps.api.middleware import BodyLimit, RequestMetrics, SecurityHeaders
 from funnel.apps.api.rewrite import QueryRewriter
 from funnel.apps.api.watched import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings
@@ -51,10 +57,12 @@ from funnel.errors import ConfigError
 from funnel.ingest.loaders import upload_accept
 from funnel.rerank.base import Reranker
 
-__all__ = ["ERROR_STATUS", "STATIC_DIR", "app_from_environment", "create_app", "services_for", "status_for"]
+__all__ = ["ERROR_STATUS", "STATIC_DIR", "app_from_environment", "create_app", "services_for", "status_for",
+           "uvicorn_options"]
 
 STATIC_DIR = Path(__file__).parent / "static"
 MIN_KEY_CHARS = 8
+SECURITY_LOGGERS = ("funnel.api.access", "funnel.api.audit")
 
 
 def create_app(settings: Settings, reranker: Reranker | None = None, triage=None, watch=()) -> FastAPI:
@@ -93,7 +101,9 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
         raise ConfigError("--watch follows a folder on this machine; it cannot be combined with --database")
     state.watched = WatchedFolders(library, list(watch), ignore=[settings.serve.data_dir])
     state.metrics = open_metrics(db)
-    state.conversations = open_conversations(db, settings.serve.data_dir)
+    state.conversations = open_conversations(db, settings.serve.data_dir,
+                                             max_conversations=settings.serve.conversations_per_collection,
+                                             max_per_owner=settings.serve.conversations_per_key)
     state.rewriter = QueryRewriter(chat)
     state.keys = KeyVerifier(open_keys(db, settings.serve.data_dir))
     state.counters = open_counters(db)
@@ -101,7 +111,8 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
     limits = settings.serve
     state.request_hooks = [  # called with each request's key once it is known (access.KeyAuth)
         KeyLimits(state.counters, (limits.key_rpm, limits.key_upload_mb_per_day),
-                  (limits.api_key_rpm, limits.api_key_upload_mb_per_day), limits.limit_window_s),
+                  (limits.api_key_rpm, limits.api_key_upload_mb_per_day), limits.limit_window_s,
+                  compute_rpm=limits.compute_rpm),
         gate_for(state.audit)]  # a write runs only while the audit log would take its row
     _add_routes(app)
     _add_middleware(app, settings)
@@ -124,6 +135,13 @@ def app_from_environment() -> FastAPI:
     from funnel.apps.settings import load_settings
 
     return create_app(load_settings())
+
+
+def uvicorn_options() -> dict:
+    """What `funnel serve` passes to uvicorn beyond host and port (tests/helpers.py serves the app the same).
+    uvicorn's own X-Forwarded-For handling is off: by default it believes any process on 127.0.0.1, which
+    could forge a new address per guessed key. The app believes only `[serve] trusted_proxies`."""
+    return {"proxy_headers": False}
 
 
 @asynccontextmanager
@@ -166,14 +184,25 @@ def _add_routes(app: FastAPI) -> None:
     _serve_web_page(app)
 
 
+def _log_refusals() -> None:
+    """Refused keys, blocked addresses and keys over their limits are warnings a server's operator must see:
+    `funnel serve` keeps its own log at ERROR unless -v, so these loggers are held at WARNING at least."""
+    for name in SECURITY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not logger.isEnabledFor(logging.WARNING):
+            logger.setLevel(logging.WARNING)
+
+
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
-    # Added innermost first: CORS outermost, so a 401 or 413 still carries its CORS headers.
+    _log_refusals()
+    # Added innermost first: CORS outside KeyAuth and BodyLimit, so a 401 or 413 still carries CORS headers.
     app.add_middleware(BodyLimit, upload_bytes=settings.serve.max_upload_mb * 2**20)
     legacy = settings.serve.api_key.get_secret_value() if settings.serve.api_key is not None else None
     guard = AuthGuard(app.state.counters, settings.serve.auth_failures_per_minute, settings.serve.limit_window_s)
     app.add_middleware(KeyAuth, api=app, verifier=app.state.keys, legacy_key=legacy, hooks=app.state.request_hooks,
                        guard=guard)
-    app.add_middleware(AuditTrail, audit=app.state.audit)  # outside KeyAuth: its 401s are recorded too
+    # Outside KeyAuth: its 401s are recorded too.
+    app.add_middleware(AuditTrail, audit=app.state.audit, queries=settings.serve.audit_queries)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     if settings.serve.cors_origins:
         app.add_middleware(
@@ -182,6 +211,9 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
             allow_methods=["*"],
             allow_headers=["*"],
         )
+    app.add_middleware(SecurityHeaders)  # outside CORS and KeyAuth: preflights, 401s and 429s get them too
+    if settings.serve.trusted_proxies:  # outermost: every middleware inside sees the forwarded client
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.serve.trusted_proxies))
 
 
 def _serve_web_page(app: FastAPI) -> None:

@@ -10,7 +10,8 @@
 - **Answers.** No key, or a malformed, wrong, expired or revoked one: 401, one line. A collection the key
   does not cover: 404, the same answer as a collection that does not exist, so names do not leak. A
   collection it covers but a role too low, or a route outside collections that needs a role it lacks: 403.
-  A key store that cannot be read: 503 (fail closed, never open). Over a limit: 429 with Retry-After.
+  A key store that cannot be read: 503 (fail closed, never open). Over a limit: 429 with Retry-After. The
+  open paths (the page, /health, the docs) need no key, but a key sent to them is checked all the same.
 - **Seam.** Once a request's key is known, each of `hooks` is called with it (a `Principal`, None when the
   service is open), the route template and the ASGI scope; a hook refuses by raising a FunnelError, which
   is answered like any other. Per-key rate limits (`limits.KeyLimits`) and the audit log hang here; refused
@@ -92,7 +93,8 @@ POLICY: dict[str, Rule] = {
     f"POST {_C}/documents": Rule(W, True), f"DELETE {_C}/documents/{{doc_id}}": Rule(W, True),
     f"POST {_C}/search": Rule(R, True), f"POST {_C}/ask": Rule(R, True),
     f"GET {_C}/calibration": Rule(R, True), f"POST {_C}/calibrate": Rule(A, True),
-    # Conversations are the collection's, shared by all who read it: changing one is a write.
+    # Conversations are the collection's, shared by all who read it: changing one is a write. Continuing one
+    # (an ask with its id) is for the key that started it, or a writer (`funnel.apps.api.ask`).
     f"GET {_C}/conversations": Rule(R, True), f"GET {_C}/conversations/{{conversation_id}}": Rule(R, True),
     f"PATCH {_C}/conversations/{{conversation_id}}": Rule(W, True),
     f"DELETE {_C}/conversations/{{conversation_id}}": Rule(W, True),
@@ -100,6 +102,9 @@ POLICY: dict[str, Rule] = {
 GLOBAL_ADMIN = Rule(A, False)  # a route not in POLICY
 
 Hook = Callable[["Principal | None", str, Scope], None]
+
+
+ANONYMOUS = Principal("anonymous", Role.READER, frozenset())  # an open path without a key: sees nothing
 
 
 def principal_of(scope_or_request) -> Principal | None:
@@ -168,9 +173,11 @@ class KeyAuth:
 
     def _who(self, token: str | None, is_open: bool, client: str) -> Principal | None:
         """The request's key; None when the service is open (no api_key, no key ever made). On an open path
-        (the page, /health) a bad or missing key is no error: the request just sees what the open do. An
-        address that sent too many refused keys gets 429 on a guarded path, whatever it sends now."""
-        if not is_open:
+        (the page, /health) a missing key is no error: the request sees what the open do (as it does when
+        the key store cannot be read). A key presented there is checked like anywhere else: a refused one is
+        a 401, counted for its address and audited, so /health is no free oracle for guessing keys (issue 40).
+        An address that sent too many refused keys gets 429 whenever it sends a key or calls a guarded path."""
+        if not is_open or token is not None:
             self.guard.check(client)
         if token is not None and self.legacy is not None and hmac.compare_digest(token.encode(), self.legacy):
             return Principal(LEGACY_ID, Role.ADMIN)
@@ -182,14 +189,17 @@ class KeyAuth:
                 raise Unauthorized(MISSING)
             try:
                 record = self.verifier.verify(token)
-            except KeyRejected as e:
-                if not is_open:  # counted per address, and a trail: who tried, the key id, never the secret
-                    parsed = parse_token(token)
-                    self.guard.refused(client, parsed[0] if parsed else None, str(e))
+            except KeyRejected as e:  # counted per address, and a trail: who tried, the key id, never the secret
+                parsed = parse_token(token)
+                self.guard.refused(client, parsed[0] if parsed else None, str(e))
                 raise Unauthorized(str(e)) from None
-        except FunnelError:
+        except Unauthorized:
+            if is_open and token is None:
+                return ANONYMOUS
+            raise
+        except FunnelError:  # the key store cannot be read: 503 on a guarded path, nothing to see on an open one
             if is_open:
-                return Principal("anonymous", Role.READER, frozenset())
+                return ANONYMOUS
             raise
         names = frozenset(record.collections) if record.collections is not None else None
         return Principal(record.id, record.role, names, record.rpm, record.upload_mb_per_day)

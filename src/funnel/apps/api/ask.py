@@ -4,7 +4,10 @@ Request: {question, k?, policy?, conversation_id?, stream?, documents?} (documen
 `funnel.apps.api.scope`). The question is first rewritten with the
 conversation's history (see `funnel.apps.state.conversations`), the rewrite is searched, and the generator
 answers it. A conversation belongs to the collection it was asked in: an id the collection does not know
-starts a new conversation there under that id.
+starts a new conversation there under that id, owned by the key that asked. Every reader of the collection
+may read a conversation; continuing one (adding a turn) is for the key that started it and for writers and
+admins of the collection: a reader continuing another key's conversation gets 403 (issue 40: a reader could
+append to anyone's).
 
 When the conversation store is down (the service database unreachable, the SQLite file unwritable) the
 question is answered as asked, without the conversation's history, and the turn is not remembered: the
@@ -45,13 +48,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from funnel.generate.context import with_continuations
+from funnel.apps.api.access import principal_of
 from funnel.apps.api.collections import collection as get_collection
 from funnel.apps.api.rewrite import QueryRewriter, new_conversation_id
 from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
-from funnel.apps.state.conversations import CitedPassage, Conversations, Turn
+from funnel.apps.api.errors import Forbidden
+from funnel.apps.state.conversations import OPEN_OWNER, CitedPassage, Conversations, Turn
+from funnel.apps.state.keys import Role
 from funnel.apps.state.metrics import STAGES
 from funnel.errors import FunnelError, StoreError
+from funnel.generate.context import with_continuations
 from funnel.generate.llm import AnswerStream
 from funnel.generate.step import AnswerStep
 from funnel.types import Answer, SearchResult
@@ -79,6 +85,7 @@ class Prepared:
     timings_ms: dict[str, float]
     step: AnswerStep  # the answer step: the service's generator, or the abstainer when the evidence falls short
     memory_note: str = ""  # why the conversation's history could not be read
+    owner: str = OPEN_OWNER  # who asked: the owner of a conversation this turn starts
 
 
 def _citations(answer: Answer) -> tuple[CitedPassage, ...]:
@@ -93,8 +100,14 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     rewriter: QueryRewriter = state.rewriter
     scope = coll.scope(body.documents)  # an unknown document: 404 before anything is remembered
     conversation_id = body.conversation_id or new_conversation_id()
+    principal = principal_of(request)
+    owner = principal.id if principal is not None else OPEN_OWNER
     t0 = time.perf_counter()
     try:
+        started_by = conversations.owner(coll.name, conversation_id) if body.conversation_id else None
+        if started_by not in (None, owner) and principal is not None and not principal.may(Role.WRITER):
+            raise Forbidden(f"conversation {conversation_id!r} was started by another key: a reader continues "
+                            "only its own (leave conversation_id out to start one)")
         history, memory_note = conversations.history(coll.name, conversation_id), ""
     except StoreError as e:
         log.warning("answering without conversation memory: %s", e)
@@ -108,7 +121,7 @@ def _prepare(request: Request, name: str, body: AskRequest) -> Prepared:
     if how != "none":
         timings["rewrite"] = rewrite_ms
     step = coll.pipeline.prepare(result, state.generator)
-    return Prepared(body.question, conversation_id, coll.name, how, result, timings, step, memory_note)
+    return Prepared(body.question, conversation_id, coll.name, how, result, timings, step, memory_note, owner)
 
 
 def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: float) -> AskResponse:
@@ -119,7 +132,7 @@ def _finish(request: Request, prepared: Prepared, answer: Answer, generate_ms: f
     if "interrupted" not in answer.flags and not note:
         turn = Turn(prepared.question, prepared.result.query, answer.text, _citations(answer))
         try:
-            state.conversations.add(prepared.collection, prepared.conversation_id, turn)
+            state.conversations.add(prepared.collection, prepared.conversation_id, turn, prepared.owner)
         except StoreError as e:
             log.warning("the answer is not remembered: %s", e)
             note = f"{NOT_REMEMBERED_NOTE} ({e})"

@@ -7,9 +7,13 @@ for an admin on every collection (`access.POLICY`); `funnel audit` reads the sam
 
 **What is recorded.** Every request to a route of `ACTIONS` (the writes), whatever its answer: done (2xx),
 refused for its role or collection (403, 404), or failed (409, 422, 5xx). And every request refused for its
-key (401), on any route, as `auth.failed`: the trail of a brute-force attempt. Not recorded: reads, and the
-POSTs in `UNRECORDED`, which change nothing a key holder manages (they compute, or add to a record of their
-own: a question's turn is kept in its conversation, an error report is an incident). There is no route that
+key (401), on any route, as `auth.failed`: the trail of a brute-force attempt. And the reads of `READS`
+(ask and search, issue 40), so that a flood of questions leaves a trace: who, which collection, when, the
+status; the question itself only with `[serve] audit_queries = true` (questions may hold what people would
+not want kept). A read is never refused for its row: an ask is answered while the log is down, and the row's
+loss is counted like any other. Not recorded: the other reads, and the POSTs in `UNRECORDED`, which change
+nothing a key holder manages (they compute on what they are sent, or add to a record of their own: an error
+report is an incident). There is no route that
 changes the triage configuration (it is `funnel.toml`, read at start-up), so none is recorded.
 tests/test_audit.py fails when a route that is not a GET is in neither table.
 
@@ -65,14 +69,13 @@ ACTIONS: dict[str, str] = {
     f"PATCH {_C}/conversations/{{conversation_id}}": "conversation.rename",
     f"DELETE {_C}/conversations/{{conversation_id}}": "conversation.delete",
 }
-UNRECORDED = frozenset({
-    "POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings", f"POST {_C}/search", f"POST {_C}/ask",
-    "POST /v1/errors",
-})
+READS: dict[str, str] = {f"POST {_C}/search": "collection.search", f"POST {_C}/ask": "collection.ask"}
+UNRECORDED = frozenset({"POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings", "POST /v1/errors"})
 AUTH_FAILED = "auth.failed"
 # Bodies read for a target: the request's (a collection's name, a new key's role) and the response's (an
 # upload's ids and names, a new key's id). Capped: past the cap the target is what the path says.
 _REQUEST_BODY = {"collection.create", "key.create"}
+_QUERY_BODY = set(READS.values())  # read for the question only with audit_queries
 _RESPONSE_BODY = {"document.upload", "key.create"}
 _MAX_REQUEST_BYTES = 16 * 1024
 _MAX_RESPONSE_BYTES = 1024 * 1024
@@ -118,8 +121,9 @@ class AuditTrail:
     response is sent, so the row is stored by the time the client has the answer, and rows follow the
     order in which one client's requests were answered."""
 
-    def __init__(self, app: ASGIApp, audit: AuditLog):
-        self.app, self.audit = app, audit
+    def __init__(self, app: ASGIApp, audit: AuditLog, queries: bool = False):
+        self.app, self.audit, self.queries = app, audit, queries
+        self._request_bodies = _REQUEST_BODY | (_QUERY_BODY if queries else set())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "OPTIONS":
@@ -132,17 +136,17 @@ class AuditTrail:
             nonlocal recorded
             if not recorded:
                 recorded = True
-                event = event_for(scope, status, bytes(request_body), bytes(response_body))
+                event = event_for(scope, status, bytes(request_body), bytes(response_body), self.queries)
                 if event is not None:
                     await run_in_threadpool(self.audit.record, event)
 
         def wanted(bodies: set[str]) -> bool:
             template = scope.get(ROUTE_KEY, (None, {}))[0]
-            return ACTIONS.get(template) in bodies
+            return _action(template) in bodies
 
         async def observed_receive() -> Message:
             message = await receive()
-            if message["type"] == "http.request" and wanted(_REQUEST_BODY):
+            if message["type"] == "http.request" and wanted(self._request_bodies):
                 _keep(request_body, message.get("body", b""), _MAX_REQUEST_BYTES)
             return message
 
@@ -168,11 +172,16 @@ def _keep(buffer: bytearray, chunk: bytes, cap: int) -> None:
         buffer.extend(chunk[: cap + 1 - len(buffer)])
 
 
-def event_for(scope: Scope, status: int, request_body: bytes = b"",
-              response_body: bytes = b"") -> AuditEvent | None:
-    """The row for a request that ended with `status`, or None when it is not one to record."""
+def _action(template: str | None) -> str | None:
+    return ACTIONS.get(template) or READS.get(template)
+
+
+def event_for(scope: Scope, status: int, request_body: bytes = b"", response_body: bytes = b"",
+              queries: bool = False) -> AuditEvent | None:
+    """The row for a request that ended with `status`, or None when it is not one to record. With `queries`,
+    an ask's question or a search's query is the row's target."""
     template, params = scope.get(ROUTE_KEY, (None, {}))
-    action = ACTIONS.get(template)
+    action = _action(template)
     if status == 401:
         action = AUTH_FAILED
     if action is None:
@@ -193,6 +202,10 @@ def event_for(scope: Scope, status: int, request_body: bytes = b"",
         target = params.get("key_id")
     elif action.startswith("conversation."):
         target = params.get("conversation_id")
+    elif action in _QUERY_BODY and queries:
+        asked = _json(request_body)
+        text = asked.get("question", asked.get("query")) if isinstance(asked, dict) else None
+        target = text if isinstance(text, str) else None
     route = template or f"{scope['method']} (no route)"
     return AuditEvent(ts=time.time(), who=who, action=action, route=route, client=client_address(scope),
                       status=status, collection=collection, target=target)

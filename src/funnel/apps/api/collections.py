@@ -63,8 +63,9 @@ router = APIRouter(prefix="/v1/collections", tags=["collections"])
 
 
 @router.post("", status_code=201, response_model=CollectionOut, response_model_exclude_none=True)
-def create_collection(body: CollectionCreate, lib: LibraryDep) -> CollectionOut:
-    return CollectionOut(**lib.create(body.name).summary())
+def create_collection(body: CollectionCreate, lib: LibraryDep, request: Request) -> CollectionOut:
+    """A new collection starts with no key naming it (keys made for a deleted one under the name included)."""
+    return CollectionOut(**lib.create(body.name, before=request.app.state.keys.unbind).summary())
 
 
 @router.get("", response_model=list[CollectionOut], response_model_exclude_none=True)
@@ -76,10 +77,15 @@ def list_collections(lib: LibraryDep, request: Request) -> list[CollectionOut]:
 @router.delete("/{name}", status_code=204)
 def delete_collection(name: str, lib: LibraryDep, request: Request) -> Response:
     lib.delete(name)
+    state = request.app.state
     try:  # a collection made again under the name starts without them
-        request.app.state.conversations.forget_collection(name)
+        state.conversations.forget_collection(name)
     except StoreError as e:
         log.warning("the conversations of deleted collection %r stay: %s", name, e)
+    try:  # its keys stop naming it (making it again takes the name off them too, failing closed)
+        state.keys.unbind(name)
+    except StoreError as e:
+        log.warning("keys still name deleted collection %r until it is made again: %s", name, e)
     return Response(status_code=204)
 
 

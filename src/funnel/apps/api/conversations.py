@@ -26,6 +26,9 @@ from funnel.errors import NotFound
 
 router = APIRouter(prefix="/v1/collections", tags=["conversations"])
 MAX_TITLE_CHARS = 200
+# Past any collection's conversations (`conversations_per_collection`), and far inside SQLite's integers: an
+# offset beyond them was an OverflowError, a 500 (issue 40).
+MAX_OFFSET = 1_000_000
 
 
 class ConversationOut(BaseModel):
@@ -95,7 +98,8 @@ def _checked(name: str, conversation_id: str) -> str:
 @router.get("/{name}/conversations", response_model=list[ConversationOut])
 def list_conversations(
     coll: CollectionDep, request: Request,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50, offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[ConversationOut]:
     return [ConversationOut.of(s) for s in _store(request).list(coll.name, limit, offset)]
 

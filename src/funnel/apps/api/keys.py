@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from funnel.apps.api.access import principal_of
-from funnel.apps.state.keys import KeyVerifier, new_key
+from funnel.apps.state.keys import KeyVerifier, check_collections, new_key
 from funnel.errors import NotFound
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
@@ -73,6 +73,8 @@ def who_am_i(request: Request) -> MeOut:
 
 @router.post("", status_code=201, response_model=NewKeyOut)
 async def create_key(body: KeyCreate, request: Request) -> NewKeyOut:
+    """A key for collections that do not exist is refused (404): see `KeyVerifier.unbind`."""
+    check_collections(body.collections, await run_in_threadpool(request.app.state.library.names))
     made = new_key(body.role, body.collections, body.expires_days, rpm=body.rpm,
                    upload_mb_per_day=body.upload_mb_per_day)
     verifier = _verifier(request)

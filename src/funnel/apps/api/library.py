@@ -144,12 +144,17 @@ class Library:
             for name in self.names() if self.home.marker(name) is not None
         }
 
-    def create(self, name: str) -> Collection:
+    def create(self, name: str, before: Callable[[str], None] | None = None) -> Collection:
+        """A new, empty collection. `before(name)` runs once the name is known to be free and before the
+        collection exists: the API takes the name off old keys there (`KeyVerifier.unbind`); if it fails,
+        nothing is made."""
         check_name(name)
         self._settled(name)
         with self._lock:
             if self.home.marker(name) is not None:
                 raise Conflict(f"collection {name!r} already exists")
+            if before is not None:
+                before(name)
             self.home.write_marker(name)
             collection = self._open[name] = Collection(name, self.home.place(name), self.services, self.queue)
             return collection

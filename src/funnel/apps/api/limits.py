@@ -7,12 +7,19 @@
   none follows `[serve] key_rpm` / `key_upload_mb_per_day`, and 0 on a key means unlimited. The single
   `api_key` is unlimited unless `[serve] api_key_rpm` / `api_key_upload_mb_per_day` say otherwise. An open
   service (no key at all) counts nothing.
+- **Compute per key** (issue 40): the rerank and embeddings routes (`COMPUTE_ROUTES`) hold CPU for seconds
+  per call even within their input caps, so each key's calls to them count in a bucket of their own,
+  `compute:<key id>`, apart from its `rpm`; past `[serve] compute_rpm` in the minute, 429. The `api_key` is
+  exempt, as it is from every limit it is not given (its `api_key_rpm` still counts these calls): it is the
+  operator's own admin key, and a pipeline built on it should not start failing on upgrade.
 - **Per address** (`AuthGuard`, inside `KeyAuth`): a presented key that is refused (401) counts one for the
   client's address; once `auth_failures_per_minute` are counted in the minute, every guarded request from
   that address answers 429 until the minute ends, a right key included. A missing key is not counted (it
   guesses nothing; a page loaded before its key is typed sends none). Each refusal is logged with the address
-  and the key id when the key parses, never the secret. The address is the ASGI client: uvicorn replaces it
-  with X-Forwarded-For only for a proxy it trusts (by default 127.0.0.1; `FORWARDED_ALLOW_IPS`).
+  and the key id when the key parses, never the secret. The address is the ASGI client, the connection's:
+  `funnel serve` runs uvicorn with its X-Forwarded-For handling off (`funnel.apps.api.uvicorn_options`), so a
+  process on the server's host cannot forge a new address per guess nor get another address blocked; only
+  a proxy listed in `[serve] trusted_proxies` is believed (uvicorn's ProxyHeadersMiddleware, outermost).
 - Answers: 429 with `Retry-After` (whole seconds until the window ends) and one line. Counts live in
   `funnel.apps.state.limits` (PostgreSQL: shared by every process; embedded: in the one process).
 """
@@ -31,19 +38,23 @@ from funnel.apps.state.limits import DAY_S, Counters, Window
 
 log = logging.getLogger("funnel.api.access")
 UPLOAD_ROUTE = "POST /v1/collections/{name}/documents"
+# They compute on what the caller sends (up to the caps in `rerank` and `embeddings`), not on a collection.
+COMPUTE_ROUTES = frozenset({"POST /v1/rerank", "POST /api/rerank", "POST /v1/embeddings"})
 CLEAR_TTL_S = 1.0  # how long a process trusts that an address is not throttled before asking the store again
 
 
 class KeyLimits:
     """The hook: `__call__(principal, template, scope)` counts the request and raises RateLimited when over.
 
-    `defaults` and `legacy` are (rpm, upload MiB per day) for keys that set none and for the `api_key`."""
+    `defaults` and `legacy` are (rpm, upload MiB per day) for keys that set none and for the `api_key`;
+    `compute_rpm` the requests per window a key may send to COMPUTE_ROUTES (0: unlimited)."""
 
     def __init__(self, counters: Counters, defaults: tuple[int | None, float | None] = (None, None),
                  legacy: tuple[int | None, float | None] = (None, None), window_s: int = 60,
-                 clock: Callable[[], float] = time.time, legacy_id: str = "api_key"):
+                 clock: Callable[[], float] = time.time, legacy_id: str = "api_key", compute_rpm: int = 0):
         self.counters, self.defaults, self.legacy, self.clock = counters, defaults, legacy, clock
         self.minute, self.day, self.legacy_id = Window(window_s), Window(DAY_S), legacy_id
+        self.compute_rpm = compute_rpm
 
     def limits_of(self, principal) -> tuple[int | None, int | None]:
         """(requests per window, upload bytes per day) of a key; None: unlimited."""
@@ -60,13 +71,23 @@ class KeyLimits:
         rpm, upload = self.limits_of(principal)
         now = self.clock()
         if rpm is not None:
-            used = self.counters.add(f"rpm:{principal.id}", self.minute.start(now), 1)
-            if used > rpm:
-                wait = self.minute.retry_after(now)
-                raise RateLimited(f"key {principal.id} is over its {rpm} requests per {self._per()}: retry in "
-                                  f"{wait} s", wait)
+            self._rate(f"rpm:{principal.id}", rpm, principal.id, "requests", now)
+        if self.compute_rpm and template in COMPUTE_ROUTES and principal.id != self.legacy_id:
+            self._rate(f"compute:{principal.id}", self.compute_rpm, principal.id,
+                       "rerank and embedding requests", now)
         if upload is not None and template == UPLOAD_ROUTE:
             self._charge(principal.id, upload, _content_length(scope), now)
+
+    def _rate(self, bucket: str, limit: int, key_id: str, what: str, now: float) -> None:
+        """Counts one in `bucket`'s window; past `limit` in it, RateLimited until the window ends."""
+        used = self.counters.add(bucket, self.minute.start(now), 1)
+        if used > limit:
+            wait = self.minute.retry_after(now)
+            if used == limit + 1:  # once per window: a flood is one line, not one per request
+                log.warning("key %s passed its %d %s per %s: 429 for %d s", key_id, limit, what, self._per(),
+                            wait)
+            raise RateLimited(f"key {key_id} is over its {limit} {what} per {self._per()}: retry in {wait} s",
+                              wait)
 
     def _charge(self, key_id: str, limit: int, length: int | None, now: float) -> None:
         if length is None:

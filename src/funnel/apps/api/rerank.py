@@ -5,6 +5,13 @@ servers can point at funnel unchanged:
 - `POST /api/rerank`: the Ollama-style shape of seed 000 (`{model?, query, documents}`).
 
 The endpoints are plain `def`, so FastAPI runs the (sync) reranker in its threadpool.
+
+Caps (issue 40: one call of 1,000 documents held the CPU for 36 s): at most 256 documents, 32,000 characters
+each and 2,000,000 in all per call; over one, a 422 naming it. 256 is ten times the window funnel's own
+pipeline reranks (25) and scores in ~3-8 s on 2 cores with the built-in model. A local reranker reads at most
+512 tokens of a pair (`rerank.max_tokens`, 192 by default) and an HTTP one rarely over 4,096, which ordinary
+text fits in well under 32,000 characters: a longer document is cut unread, so the cap loses no score, only
+tokenizing work. Calls are also counted per key (`[serve] compute_rpm`, `funnel.apps.api.limits`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from funnel.errors import BackendUnavailable, UpstreamError
 from funnel.rerank.base import Reranker
 from funnel.types import Candidate, Chunk, RerankResult
 
-MAX_DOCUMENTS = 1000
-MAX_DOCUMENT_CHARS = 100_000
+MAX_DOCUMENTS = 256
+MAX_DOCUMENT_CHARS = 32_000
+MAX_TOTAL_CHARS = 2_000_000
 MAX_QUERY_CHARS = 100_000
 
 
@@ -40,10 +48,15 @@ def _query(value: str) -> str:
 
 
 def _documents(values: list[str | TextDocument]) -> list[str | TextDocument]:
+    total = 0
     for i, value in enumerate(values):
         text = value if isinstance(value, str) else value.text
         if len(text) > MAX_DOCUMENT_CHARS:
             raise ValueError(f"documents[{i}] has {len(text)} characters; the limit is {MAX_DOCUMENT_CHARS}")
+        total += len(text)
+        if total > MAX_TOTAL_CHARS:
+            raise ValueError(f"the documents pass {MAX_TOTAL_CHARS} characters in all (at documents[{i}]); "
+                             "the limit is per request")
         try:  # a str in a union lets a lone surrogate ("\ud800") through; echoed back, it cannot be encoded
             text.encode("utf-8")
         except UnicodeEncodeError:

@@ -41,6 +41,23 @@ def _store(data_dir: Path | None, database: str | None):
             db.close()
 
 
+def _check_collections(names: list[str] | None, data_dir: Path | None, database: str | None) -> None:
+    """A key is for collections that exist (see `funnel.apps.state.keys.KeyVerifier.unbind`)."""
+    from funnel.apps.api.library import open_database
+    from funnel.apps.state.home import open_home
+    from funnel.apps.state.keys import check_collections
+
+    if not names:
+        return
+    settings = settings_from(data_dir=data_dir, database=database)
+    db = open_database(settings)
+    try:
+        check_collections(names, open_home(db, settings.serve.data_dir).names())
+    finally:
+        if db is not None:
+            db.close()
+
+
 @contextmanager
 def _audited(data_dir: Path | None, database: str | None, action: str, route: str):
     """The key store, where it is, and `note(status, target)`, which records the change in the audit log
@@ -102,6 +119,7 @@ def create(
     from funnel.apps.state.keys import new_key
 
     made = new_key(role, collection or None, expires, rpm=rpm, upload_mb_per_day=upload_mb_per_day)
+    _check_collections(collection, data_dir, database)
     scope = ",".join(made.record.collections) if made.record.collections is not None else "all"
     with _audited(data_dir, database, "key.create", "funnel keys create") as (store, where, note):
         store.add(made.record)

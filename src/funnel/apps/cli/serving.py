@@ -40,7 +40,7 @@ def serve(
     With --database, every piece of state is in that PostgreSQL: run several servers and workers on it."""
     import uvicorn  # here, so the other commands do not pay for importing the web stack
 
-    from funnel.apps.api import create_app
+    from funnel.apps.api import create_app, uvicorn_options
     from funnel.apps.api.watched import watch_specs
 
     flags = {"reranker": reranker, "data_dir": data_dir, "embedder": embedder, "llm": llm, "database": database,
@@ -65,7 +65,7 @@ def serve(
     )
     for spec in specs:
         err.print(f"watching {spec.folder} as collection {spec.name!r}")
-    uvicorn.run(api, host=host, port=port, log_level=log_level)
+    uvicorn.run(api, host=host, port=port, log_level=log_level, **uvicorn_options())
 
 
 def _has_keys(api) -> bool:
@@ -97,6 +97,7 @@ def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, 
 
     import uvicorn
 
+    from funnel.apps.api import uvicorn_options
     from funnel.apps.settings import env_var
 
     if settings.database.url is None:
@@ -113,7 +114,7 @@ def _serve_processes(settings, flags: dict, workers: int, host: str, port: int, 
               "docs at /docs")
     log_level = "info" if logging.getLogger().isEnabledFor(logging.INFO) else "warning"
     uvicorn.run("funnel.apps.api:app_from_environment", factory=True, workers=workers, host=host, port=port,
-                log_level=log_level)
+                log_level=log_level, **uvicorn_options())
 
 
 @app.command()

@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 
 MAX_TURNS = 6
 MAX_CHARS = 4000
-MAX_CONVERSATIONS = 1000
+MAX_CONVERSATIONS = 1000  # per collection
+MAX_PER_OWNER = 200  # per key, in one collection
+OPEN_OWNER = "open"  # who starts a conversation on a service without keys: no per-owner bound
 # Of an answer, this much is kept, so a reopened conversation shows it (an LLM's long answers included) ...
 ANSWER_CHARS = 8000
 # ... and this much counts towards `max_chars`: what a rewrite of the next question reads of it.
@@ -103,13 +105,23 @@ def iso(ts: float) -> str:
 
 class SqlConversations:
     """The verbs, in SQL both stores run (written with `?`; `_mark` is the driver's). A backend gives its
-    connections, how a touch counts recency (`_NEXT_USED`) and how the forgotten are deleted (`_evict`)."""
+    connections and how a touch counts recency (`_NEXT_USED`).
+
+    Forgetting never crosses a collection: past `max_per_owner` conversations of one key in a collection, that
+    key's least recently used there go; past `max_conversations` in a collection, that collection's. So a key
+    flooding new conversations forgets its own first, then its collection's, never another collection's.
+    Each `add` forgets at most `evict_batch` (PostgreSQL: 100), so no request pays for a backlog."""
 
     _mark = "?"
     _NEXT_USED: str
 
-    def __init__(self, max_conversations: int, max_turns: int, max_chars: int, clock: Callable[[], float]):
+    _LOCKED = ""  # appended to the eviction's SELECT (PostgreSQL: skip rows another process holds)
+    evict_batch = 1000
+
+    def __init__(self, max_conversations: int, max_turns: int, max_chars: int, clock: Callable[[], float],
+                 max_per_owner: int = MAX_PER_OWNER):
         self.max_conversations = max_conversations
+        self.max_per_owner = max_per_owner
         self.max_turns = max_turns
         self.max_chars = max_chars
         self._clock = clock
@@ -120,8 +132,19 @@ class SqlConversations:
     def _transaction(self) -> AbstractContextManager:
         raise NotImplementedError
 
-    def _evict(self) -> None:
-        raise NotImplementedError
+    def _evict(self, collection: str, owner: str) -> None:
+        bounds = [("collection = ?", [collection], self.max_conversations)]
+        if owner != OPEN_OWNER:
+            bounds.insert(0, ("collection = ? AND owner = ?", [collection, owner], self.max_per_owner))
+        with self._transaction() as conn:
+            for where, args, bound in bounds:
+                keys = [r[0] for r in self._run(
+                    conn, f"SELECT key FROM funnel_conversations WHERE {where} ORDER BY used DESC "
+                          f"LIMIT ? OFFSET ?{self._LOCKED}", [*args, self.evict_batch, bound]).fetchall()]
+                if keys:
+                    marks = ", ".join("?" * len(keys))
+                    self._run(conn, f"DELETE FROM funnel_conversation_turns WHERE conversation IN ({marks})", keys)
+                    self._run(conn, f"DELETE FROM funnel_conversations WHERE key IN ({marks})", keys)
 
     def _sql(self, sql: str) -> str:
         return sql if self._mark == "?" else sql.replace("?", self._mark)
@@ -151,7 +174,15 @@ class SqlConversations:
             self._run(conn, f"UPDATE funnel_conversations SET used = {self._NEXT_USED} WHERE key = ?", [key])
             return self._turns(conn, key)
 
-    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
+    def owner(self, collection: str, conversation_id: str) -> str | None:
+        """Who started the conversation (a key's id, `api_key`, `open`; "" for one kept before owners were);
+        None when the collection has none by that id."""
+        with self._connection() as conn:
+            row = self._run(conn, "SELECT owner FROM funnel_conversations WHERE collection = ? AND id = ?",
+                            [collection, conversation_id]).fetchone()
+        return row[0] if row else None
+
+    def add(self, collection: str, conversation_id: str, turn: Turn, owner: str = OPEN_OWNER) -> None:
         turn = remembered(turn, self.max_chars)
         now = self._clock()
         with self._transaction() as conn:
@@ -159,10 +190,10 @@ class SqlConversations:
             # (SQLite): two processes adding to one conversation trim in turn.
             key = self._run(
                 conn,
-                "INSERT INTO funnel_conversations (collection, id, title, created_ts, updated_ts) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET "
+                "INSERT INTO funnel_conversations (collection, id, title, created_ts, updated_ts, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET "
                 f"updated_ts = EXCLUDED.updated_ts, used = {self._NEXT_USED} RETURNING key",
-                [collection, conversation_id, title_of(turn.question) or conversation_id, now, now],
+                [collection, conversation_id, title_of(turn.question) or conversation_id, now, now, owner],
             ).fetchone()[0]
             self._run(conn, "INSERT INTO funnel_conversation_turns (conversation, question, search_query, answer, "
                             "citations, chars) VALUES (?, ?, ?, ?, ?, ?)",
@@ -174,7 +205,7 @@ class SqlConversations:
             if gone:
                 marks = ", ".join("?" * len(gone))
                 self._run(conn, f"DELETE FROM funnel_conversation_turns WHERE id IN ({marks})", gone)
-        self._evict()  # after the commit, on its own: forgetting old conversations never holds up this one
+        self._evict(collection, owner)  # after the commit, on its own: forgetting old conversations never holds up this one
 
     def list(self, collection: str, limit: int = 50, offset: int = 0) -> list[ConversationSummary]:
         limit, offset = max(1, min(limit, MAX_PAGE)), max(0, offset)

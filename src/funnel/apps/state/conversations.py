@@ -1,7 +1,9 @@
 """Conversations of `ask`: each belongs to one collection, has a title (its first question, shortened, until
 renamed), created and updated times, and its last turns. Memory is bounded: the last `max_turns` turns of a
 conversation, at most `max_chars` of them (counting an answer as much of it as the rewrite reads), at most
-`max_conversations` conversations, the least recently used forgotten first. An id a collection does not
+`max_conversations` conversations in a collection and `max_per_owner` of one key there, the least
+recently used forgotten first, never across collections (a reader flooding one collection with new
+conversations forgets its own, then that collection's: issue 40). An id a collection does not
 know (forgotten, deleted, chosen by the client, or another collection's) starts a new, empty conversation
 under that id in that collection: a conversation is named by (collection, id), so asking in one collection
 never reads another's.
@@ -29,6 +31,8 @@ from funnel.apps.state.conversation_rows import (
     MAX_CHARS,
     MAX_CONVERSATIONS,
     MAX_PAGE,
+    MAX_PER_OWNER,
+    OPEN_OWNER,
     MAX_TURNS,
     TITLE_CHARS,
     CitedPassage,
@@ -40,7 +44,8 @@ from funnel.apps.state.conversations_pg import PostgresConversations
 from funnel.apps.state.conversations_sqlite import EmbeddedConversations
 
 __all__ = [
-    "ANSWER_CHARS", "CITED_TEXT_CHARS", "MAX_CHARS", "MAX_CONVERSATIONS", "MAX_PAGE", "MAX_TURNS", "TITLE_CHARS",
+    "ANSWER_CHARS", "CITED_TEXT_CHARS", "MAX_CHARS", "MAX_CONVERSATIONS", "MAX_PAGE", "MAX_PER_OWNER", "MAX_TURNS",
+    "OPEN_OWNER", "TITLE_CHARS",
     "CitedPassage", "Conversation", "ConversationSummary", "Conversations", "EmbeddedConversations",
     "PostgresConversations", "Turn", "open_conversations",
 ]
@@ -54,9 +59,12 @@ class Conversations(Protocol):
     def history(self, collection: str, conversation_id: str) -> tuple[Turn, ...]:
         """The remembered turns, oldest first; reading a conversation makes it the most recently used."""
 
-    def add(self, collection: str, conversation_id: str, turn: Turn) -> None:
-        """Appends a turn, starting the conversation (titled by its question) when the collection has none
-        by that id."""
+    def owner(self, collection: str, conversation_id: str) -> str | None:
+        """Who started it (a key's id, `api_key`, `open`); None when the collection has none by that id."""
+
+    def add(self, collection: str, conversation_id: str, turn: Turn, owner: str = OPEN_OWNER) -> None:
+        """Appends a turn, starting the conversation (titled by its question, owned by `owner`) when the
+        collection has none by that id."""
 
     def list(self, collection: str, limit: int = 50, offset: int = 0) -> list[ConversationSummary]:
         """The collection's conversations, the most recently updated first."""
@@ -77,6 +85,7 @@ def open_conversations(
     max_conversations: int = MAX_CONVERSATIONS,
     max_turns: int = MAX_TURNS,
     max_chars: int = MAX_CHARS,
+    max_per_owner: int = MAX_PER_OWNER,
 ) -> Conversations:
     """The service's conversations: shared through the service database `db` when there is one, else in
     `conversations.sqlite` under `data_dir`. Nothing is opened here (a store that is down fails a request,
@@ -84,5 +93,6 @@ def open_conversations(
     if db is None:
         if data_dir is None:
             raise ValueError("embedded conversations need the service's data dir")
-        return EmbeddedConversations(Path(data_dir) / FILE_NAME, max_conversations, max_turns, max_chars)
-    return PostgresConversations(db, max_conversations, max_turns, max_chars)
+        return EmbeddedConversations(Path(data_dir) / FILE_NAME, max_conversations, max_turns, max_chars,
+                                     max_per_owner=max_per_owner)
+    return PostgresConversations(db, max_conversations, max_turns, max_chars, max_per_owner=max_per_owner)

@@ -4,11 +4,12 @@ conversation started on one process continues on any other and outlives restarts
 
 Recency is a database sequence, not a clock, so processes whose clocks disagree still agree on which
 conversation is oldest. Forgetting is lazy: each `add` deletes at most `evict_batch` conversations beyond
-the bound, so no request pays for a backlog. A database that is down is `DatabaseUnavailable`.
+a bound (`conversation_rows.SqlConversations`), so no request pays for a backlog. A database that is down is `DatabaseUnavailable`.
 
 Schema version 2 names a conversation by (collection, id) and gives it a title and times; version 1's
 conversations had no collection, so they cannot be listed under one and are dropped (they were at most six
-turns of memory each).
+turns of memory each). Version 3 adds who started each conversation (its owner), so forgetting is bounded
+per collection and per key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from funnel.apps.state.conversation_rows import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, SqlConversations
+from funnel.apps.state.conversation_rows import (MAX_CHARS, MAX_CONVERSATIONS, MAX_PER_OWNER, MAX_TURNS,
+                                                 SqlConversations)
 from funnel.apps.state.db import Database
 from funnel.apps.state.tables import ComponentTables
 
@@ -50,18 +52,18 @@ MIGRATIONS = (
         question text NOT NULL, search_query text NOT NULL, answer text NOT NULL, citations text NOT NULL,
         chars int NOT NULL)""",
     "CREATE INDEX funnel_conversation_turns_conversation ON funnel_conversation_turns (conversation, id)",
+    # version 3: who started each conversation: forgetting is bounded per collection and per key
+    "ALTER TABLE funnel_conversations ADD COLUMN owner text NOT NULL DEFAULT ''",
+    "CREATE INDEX funnel_conversations_owner ON funnel_conversations (collection, owner, used)",
+    "CREATE INDEX funnel_conversations_collection_used ON funnel_conversations (collection, used)",
 )
-# SKIP LOCKED: a conversation that another process is adding to is in use, not old; skipping it only ever
-# forgets fewer.
-EVICT = """DELETE FROM funnel_conversations WHERE key IN (
-    SELECT key FROM funnel_conversations ORDER BY used DESC OFFSET %s LIMIT %s FOR UPDATE SKIP LOCKED)"""
-
-
 class PostgresConversations(SqlConversations):
     """The verbs over the service's database; the tables are created on first use."""
 
     _mark = "%s"
     _NEXT_USED = "nextval('funnel_conversation_clock')"
+    # A conversation that another process is adding to is in use, not old: skipping it only forgets fewer.
+    _LOCKED = " FOR UPDATE SKIP LOCKED"
 
     def __init__(
         self,
@@ -71,9 +73,10 @@ class PostgresConversations(SqlConversations):
         max_chars: int = MAX_CHARS,
         evict_batch: int = EVICT_BATCH,
         *,
+        max_per_owner: int = MAX_PER_OWNER,
         clock: Callable[[], float] = time.time,
     ):
-        super().__init__(max_conversations, max_turns, max_chars, clock)
+        super().__init__(max_conversations, max_turns, max_chars, clock, max_per_owner)
         self.db = db
         self.evict_batch = evict_batch
         self._tables = ComponentTables(db, COMPONENT, MIGRATIONS)
@@ -90,7 +93,3 @@ class PostgresConversations(SqlConversations):
     def _transaction(self) -> Iterator:
         with self._tables.transaction() as conn:
             yield conn
-
-    def _evict(self) -> None:
-        with self._tables.connection() as conn:
-            conn.execute(EVICT, [self.max_conversations, self.evict_batch])

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from funnel.apps.state.conversation_rows import MAX_CHARS, MAX_CONVERSATIONS, MAX_TURNS, SqlConversations
+from funnel.apps.state.conversation_rows import (MAX_CHARS, MAX_CONVERSATIONS, MAX_PER_OWNER, MAX_TURNS,
+                                                 SqlConversations)
 from funnel.errors import StoreError
 
-SQLITE_VERSION = 1
+SQLITE_VERSION = 2
 _BUSY_TIMEOUT_S = 10.0
 SQLITE_V1 = (
     """CREATE TABLE funnel_conversations (
@@ -33,6 +34,11 @@ SQLITE_V1 = (
         id INTEGER PRIMARY KEY AUTOINCREMENT, conversation INTEGER NOT NULL, question TEXT NOT NULL,
         search_query TEXT NOT NULL, answer TEXT NOT NULL, citations TEXT NOT NULL, chars INTEGER NOT NULL)""",
     "CREATE INDEX funnel_conversation_turns_conversation ON funnel_conversation_turns (conversation, id)",
+)
+SQLITE_V2 = (  # who started each conversation: forgetting is bounded per collection and per key
+    "ALTER TABLE funnel_conversations ADD COLUMN owner TEXT NOT NULL DEFAULT ''",
+    "CREATE INDEX funnel_conversations_owner ON funnel_conversations (collection, owner, used)",
+    "CREATE INDEX funnel_conversations_collection_used ON funnel_conversations (collection, used)",
 )
 
 
@@ -51,9 +57,10 @@ class EmbeddedConversations(SqlConversations):
         max_turns: int = MAX_TURNS,
         max_chars: int = MAX_CHARS,
         *,
+        max_per_owner: int = MAX_PER_OWNER,
         clock: Callable[[], float] = time.time,
     ):
-        super().__init__(max_conversations, max_turns, max_chars, clock)
+        super().__init__(max_conversations, max_turns, max_chars, clock, max_per_owner)
         self.path = Path(path)
         self._opened = False
         self._open_lock = threading.Lock()
@@ -90,14 +97,6 @@ class EmbeddedConversations(SqlConversations):
                 raise
             con.execute("COMMIT")
 
-    def _evict(self) -> None:
-        with self._transaction() as con:
-            keys = [r[0] for r in con.execute("SELECT key FROM funnel_conversations ORDER BY used DESC "
-                                              "LIMIT -1 OFFSET ?", [self.max_conversations])]
-            for key in keys:
-                con.execute("DELETE FROM funnel_conversation_turns WHERE conversation = ?", [key])
-                con.execute("DELETE FROM funnel_conversations WHERE key = ?", [key])
-
     def _open(self) -> None:
         """Creates the folder and the tables on first use (again after a failure: the store may be back)."""
         if self._opened:
@@ -122,14 +121,18 @@ class EmbeddedConversations(SqlConversations):
     def _migrate(self, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")  # another process may be creating it at the same moment
         try:
-            if con.execute("PRAGMA user_version").fetchone()[0] == 0:
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
                 tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
                 if tables:
                     shown = ", ".join(sorted(tables)[:5])
                     raise StoreError(f"{self.path} is an SQLite file of something else (tables: {shown})")
                 for statement in SQLITE_V1:
                     con.execute(statement)
-                con.execute(f"PRAGMA user_version = {SQLITE_VERSION}")
+            if version < 2:
+                for statement in SQLITE_V2:
+                    con.execute(statement)
+            con.execute(f"PRAGMA user_version = {SQLITE_VERSION}")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

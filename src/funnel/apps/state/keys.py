@@ -50,9 +50,10 @@ from funnel.apps.state.key_records import (
     parse_token,
 )
 from funnel.apps.state.keys_sql import EmbeddedKeys, PostgresKeys
+from funnel.errors import NotFound
 
 __all__ = ["CACHE_TTL_S", "EmbeddedKeys", "KeyRecord", "KeyRejected", "KeyStore", "KeyVerifier", "NewKey",
-           "PostgresKeys", "Role", "hash_secret", "new_key", "open_keys", "parse_token"]
+           "PostgresKeys", "Role", "check_collections", "hash_secret", "new_key", "open_keys", "parse_token"]
 
 
 class KeyStore(Protocol):
@@ -70,6 +71,9 @@ class KeyStore(Protocol):
 
     def any(self) -> bool:
         """Whether a key was ever made (reads only; an embedded store that has no file yet has none)."""
+
+    def unbind(self, collection: str) -> list[str]:
+        """Takes `collection` off every key that names it; returns their ids. See `KeyVerifier.unbind`."""
 
 
 class KeyVerifier:
@@ -123,6 +127,15 @@ class KeyVerifier:
             raise KeyRejected(f"API key {key_id} is {state}")
         return record
 
+    def unbind(self, collection: str) -> None:
+        """A collection is made (or deleted): no key made before names it (issue 40). Keys name collections,
+        so without this a key made for a collection that was deleted, or for a name before anyone made it,
+        would read whatever later holds the name. Keys for collections that do not exist are refused
+        (`check_collections`), and a new collection starts with no key naming it: only keys on every
+        collection, and keys made for it afterwards, reach it. Other processes see it within `ttl`."""
+        for key_id in self.store.unbind(collection):
+            self.forget(key_id)
+
     def forget(self, key_id: str) -> None:
         """This process's own revocation is seen at once (others within `ttl`)."""
         with self._lock:
@@ -140,6 +153,14 @@ class KeyVerifier:
                 self._records.clear()
             self._records[key_id] = (now, record)
         return record
+
+
+def check_collections(names, existing) -> None:
+    """NotFound (one line) for a key asked for collections that do not exist (see `KeyVerifier.unbind`)."""
+    missing = sorted(set(names or ()) - set(existing))
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:5])
+        raise NotFound(f"no collection {shown}: make the collection first; a key is for collections that exist")
 
 
 def open_keys(db, data_dir: Path | str | None = None) -> KeyStore:

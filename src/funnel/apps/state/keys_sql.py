@@ -77,6 +77,19 @@ class SqlKeys:
         with self._connection() as conn:
             return conn.execute("SELECT 1 FROM funnel_keys LIMIT 1").fetchone() is not None
 
+    def unbind(self, collection: str) -> list[str]:
+        m = self._mark
+        changed = []
+        with self._connection() as conn:
+            rows = conn.execute("SELECT id, collections FROM funnel_keys WHERE collections IS NOT NULL").fetchall()
+            for key_id, names in rows:
+                names = json.loads(names)
+                if collection in names:
+                    kept = json.dumps([n for n in names if n != collection])
+                    conn.execute(f"UPDATE funnel_keys SET collections = {m} WHERE id = {m}", [kept, key_id])
+                    changed.append(key_id)
+        return changed
+
 
 class EmbeddedKeys(SqlKeys):
     """Keys in the SQLite file at `path`, made on the first key; every call opens its own short connection.
@@ -100,6 +113,9 @@ class EmbeddedKeys(SqlKeys):
 
     def list(self) -> list[KeyRecord]:
         return super().list() if self.path.exists() else []
+
+    def unbind(self, collection: str) -> list[str]:
+        return super().unbind(collection) if self.path.exists() else []
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:

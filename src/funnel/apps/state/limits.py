@@ -47,6 +47,16 @@ class LimitsConfig:
     auth_failures_per_minute: int = setting(20, "refused keys one client address may send in a minute; then "
                                                 "429 for that address until the minute ends (0: no limit)", ge=0)
     limit_window_s: int = setting(60, "the length of the 'minute' of the rates above, in seconds", ge=1, le=3600)
+    compute_rpm: int = setting(30, "requests per minute a key may send to the routes that compute on what it "
+                                   "sends (rerank, embeddings), apart from key_rpm (0: unlimited)", ge=0)
+    trusted_proxies: list[str] = setting([], "addresses of reverse proxies whose X-Forwarded-For is believed "
+                                             '(e.g. ["127.0.0.1"]); none: the connection\'s address is the client')
+    conversations_per_collection: int = setting(1000, "conversations a collection keeps; past it the least "
+                                                      "recently used of that collection are forgotten", ge=1)
+    conversations_per_key: int = setting(200, "conversations one key may keep in a collection; past it that key's "
+                                              "least recently used there are forgotten", ge=1)
+    audit_queries: bool = setting(False, "write the question or query of each ask and search into the audit log "
+                                         "(off: who, which collection and when only)")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel
 
 from funnel.apps.triage.queue import TriageQueue
@@ -52,6 +52,7 @@ def configured_triage(request: Request) -> TriageQueue:
 
 
 TriageDep = Annotated[TriageQueue, Depends(configured_triage)]
+MAX_ID = 2**63 - 1  # incident ids are 64-bit in SQLite and PostgreSQL; a larger one was a 500 (issue 40)
 router = APIRouter(tags=["triage"])
 
 
@@ -92,7 +93,7 @@ def list_incidents(
 
 
 @router.get("/v1/incidents/{incident_id}", response_model=IncidentDetail)
-def get_incident(incident_id: int, triage: TriageDep) -> IncidentDetail:
+def get_incident(incident_id: Annotated[int, Path(ge=1, le=MAX_ID)], triage: TriageDep) -> IncidentDetail:
     store = triage.service.incidents
     incident = store.get(incident_id) if store else None
     if incident is None:

@@ -451,7 +451,7 @@ async function loadHealth() {
     if (health.llm) parts.push(`llm ${health.llm}`);
     $("health").textContent = parts.join(" · ");
   } catch (e) {
-    $("health").textContent = `server unreachable: ${e.message}`;
+    $("health").textContent = e.status === 401 ? "the server refused the key" : `server unreachable: ${e.message}`;
   }
 }
 
