@@ -12,7 +12,7 @@ made from the documents, never from the judged ones). Then prints, per collectio
     python bench/calibration_validation.py                     # shared sets + bench/data collections
     python bench/calibration_validation.py --sets scifact cacm --limit 50
 
-Indexes are cached by `funnel eval` (FUNNEL_EVAL_CACHE, default ~/.cache/funnel/eval); a calibration already
+Indexes are cached by `funnel eval` (FUNNEL_EVAL__CACHE, default ~/.cache/funnel/eval); a calibration already
 stored with a cached index is reused (delete funnel_calibration.json there to measure it again).
 """
 

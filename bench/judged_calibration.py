@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from calibration_validation import OPTIONS, SETS, p_note  # noqa: E402
 from train_reranker import _is_validation  # noqa: E402  (the reranker's own hold-out rule)
 
+from funnel.apps.settings import load_settings  # noqa: E402
 from funnel.calibrate import Calibration  # noqa: E402
 from funnel.eval.beir import load_beir  # noqa: E402
 from funnel.eval.suite import default_index_dir, open_suite  # noqa: E402
@@ -66,7 +67,7 @@ def judged_file(name: str, path: Path, out: Path) -> tuple[Path, int]:
 
 def index_copy(path: Path, split: str, into: Path) -> Path:
     """A copy of `funnel eval`'s cached index for this split (built first when missing)."""
-    cached = default_index_dir(open_suite(path, split), EMBEDDER)
+    cached = default_index_dir(open_suite(path, split), EMBEDDER, load_settings().section("eval").cache)
     if not cached.is_dir():
         funnel("eval", "--dataset", str(path), "--split", split, "--variants", "hybrid", "--limit", "1",
                "--out", str(into / "build"), "--embedder", EMBEDDER)

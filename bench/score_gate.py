@@ -10,7 +10,7 @@ first stage below it and the reranker's scores of the window's top `rerank_depth
 `funnel eval` does; then every (gate, weight) is applied to those scores with the product's own policy
 (`Rrf(weight=W, gate=G).order`) and scored with the product's metrics. Prints the change in nDCG@10 from
 hybrid per set and pooled over all queries. TAT-QA is cut to its first 400 queries unless --limit says
-otherwise. Indexes are the eval cache's (FUNNEL_EVAL_CACHE), built on first use.
+otherwise. Indexes are the eval cache's ([eval] cache, FUNNEL_EVAL__CACHE), built on first use.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ SPLITS = {"dev": {"scifact": "train", "cosqa": "dev", "tatqa": "dev"}}  # the tu
 def windows(name: str, split: str, model: str, limit: int | None) -> tuple[list, object]:
     """Per query: (window, deep tail, reranker scores) and the eval set."""
     suite = open_suite(SETS[name], SPLITS.get(split, {}).get(name, split), "auto", limit)
-    settings = load_settings(index=str(default_index_dir(suite, "minilm")), embedder="minilm", reranker=model)
+    index = default_index_dir(suite, "minilm", load_settings().section("eval").cache)
+    settings = load_settings(index=str(index), embedder="minilm", reranker=model)
     pipeline = build_pipeline(settings)
     build_index(pipeline, suite)
     product = pipeline.plan("", policy=RerankPolicy.NONE)

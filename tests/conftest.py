@@ -5,7 +5,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from pg_support import pg_dsn, pg_server  # noqa: E402,F401  (fixtures: a real PostgreSQL for any test file)
-from e5_support import e5_model_dir  # noqa: E402,F401  (fixture: multilingual-e5-small, built once)
+from e5_support import e5_model_dir, e5_models  # noqa: E402,F401  (fixtures: multilingual-e5-small)
 
 # Run in the background (`nohup make test &`), a shell starts pytest with SIGINT ignored, and every child the
 # tests start inherits that: the Ctrl-C tests then see processes that cannot be interrupted. A Python handler

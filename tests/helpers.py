@@ -8,9 +8,18 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import uvicorn
 
 from funnel.types import Candidate, Chunk, RerankResult
+
+
+# Three documents, each naming its firm's CEO: the CEO an answer names says which documents it was scoped to.
+FIRMS = {
+    "acme.txt": "The CEO of Acme is Jane Roe. Acme makes anvils in Ohio.\n",
+    "brix.txt": "The CEO of Brix is Tom Poe. Brix makes bricks in Leeds.\n",
+    "cole.txt": "The CEO of Cole is Ann Lee. Cole makes coal stoves in Lille.\n",
+}
 
 
 def chunk(doc_id: str, ordinal: int = 0, text: str = "", **kw) -> Chunk:
@@ -101,3 +110,18 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def packaged_embedder():
+    """The packaged ONNX embedder, loaded; the test is skipped where its runtime or its model is missing."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    from funnel.embed.onnx import OnnxEmbedder
+    from funnel.errors import BackendUnavailable
+
+    try:
+        embedder = OnnxEmbedder.default()
+        embedder.warm_up()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    return embedder

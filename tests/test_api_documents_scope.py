@@ -6,24 +6,19 @@ from __future__ import annotations
 import httpx
 import pytest
 from api_support import sse_events, upload, wait_calibrated, wait_done
-from helpers import serving
+from helpers import FIRMS, serving
 
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
 
 QUESTION = "Who is the CEO?"
-FILES = {
-    "acme.txt": "The CEO of Acme is Jane Roe. Acme makes anvils in Ohio.\n",
-    "brix.txt": "The CEO of Brix is Tom Poe. Brix makes bricks in Leeds.\n",
-    "cole.txt": "The CEO of Cole is Ann Lee. Cole makes coal stoves in Lille.\n",
-}
 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     app = create_app(Settings(embedder="hashing", data_dir=tmp_path_factory.mktemp("scope") / "data"))
     # The broken file first: a batch whose last file fails is never calibrated (issue 33, another part).
-    files = [("broken.pdf", b"%PDF-1.7\n garbage")] + [(name, text.encode()) for name, text in FILES.items()]
+    files = [("broken.pdf", b"%PDF-1.7\n garbage")] + [(name, text.encode()) for name, text in FIRMS.items()]
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         assert client.post("/v1/collections", json={"name": "firms"}).status_code == 201
         assert upload(client, "firms", files).status_code == 202
@@ -54,7 +49,7 @@ def test_search_a_chosen_set(api):
     body = post(api, "search", query="makes", documents=["acme.txt", ids(api)["cole.txt"]]).json()
     assert {r["path"] for r in body["results"]} == {"acme.txt", "cole.txt"}
     whole = post(api, "search", query="makes", documents=[]).json()  # empty: the whole collection
-    assert {r["path"] for r in whole["results"]} == set(FILES)
+    assert {r["path"] for r in whole["results"]} == set(FIRMS)
 
 
 def test_a_streamed_answer_keeps_to_the_documents(api):

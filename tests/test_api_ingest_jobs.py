@@ -58,7 +58,7 @@ BIG = big_text()
 def server(tmp_path, monkeypatch):
     """(client, library, collections folder) of a server whose embedder is slow."""
     slow = SlowHashingEmbedder(SECONDS_PER_CHUNK)
-    monkeypatch.setattr(api_module, "load_embedder", lambda spec, threads=None: slow)
+    monkeypatch.setattr(api_module, "load_embedder", lambda spec, threads=None, models=None: slow)
     app = create_app(Settings(embedder="hashing", data_dir=tmp_path / "data", max_upload_mb=8))
     with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client, app.state.library, tmp_path / "data" / "collections"

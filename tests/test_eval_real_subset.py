@@ -15,7 +15,7 @@ SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact
 
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="../shared/datasets/scifact is not here")
 def test_scifact_subset_runs_end_to_end_with_the_real_model(tmp_path):
-    env = {**os.environ, "FUNNEL_EVAL_CACHE": str(tmp_path / "cache"), "FUNNEL_EMBEDDER": "minilm"}
+    env = {**os.environ, "FUNNEL_EVAL__CACHE": str(tmp_path / "cache"), "FUNNEL_EMBEDDER": "minilm"}
     args = [sys.executable, "-c", "from funnel.apps.cli import run; run()", "eval", "--dataset", str(SCIFACT),
             "--limit", "40", "--corpus-sample", "300", "--out", "out", "--reranker", "builtin",
             "--variants", "bm25,dense,hybrid,hybrid+rerank(guaranteed_slots)", "--fail-if-worse-than", "hybrid"]

@@ -238,10 +238,9 @@ def test_embedder_checkpoint_is_not_a_cross_encoder(tmp_path: Path, tiny: tuple[
         onnx_build.build_cross_encoder(src, tmp_path / "out", max_length=32)
 
 
-def test_builtin_model_dir_missing_is_backend_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FUNNEL_RERANKER_DIR", str(tmp_path / "none"))
-    with pytest.raises(BackendUnavailable, match="make reranker"):
-        builtin_model_dir()
+def test_builtin_model_dir_missing_is_backend_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable, match="make reranker.*models.reranker_dir"):
+        builtin_model_dir(tmp_path / "none")
 
 
 # --------------------------------------------------------------------------------------------------

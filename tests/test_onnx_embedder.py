@@ -159,14 +159,11 @@ def test_missing_model_file_is_backend_unavailable(model_dir: Path, tmp_path: Pa
         OnnxEmbedder(tmp_path)
 
 
-def test_default_model_dir_builds_once(
-    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_default_model_dir_builds_once(model_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "cache" / "minilm"
-    monkeypatch.setenv("FUNNEL_MODEL_DIR", str(target))
-    assert default_model_dir() == target
+    assert default_model_dir(target) == target
     built = (target / "model_int8.onnx").stat().st_mtime_ns
-    assert default_model_dir() == target
+    assert default_model_dir(target) == target
     assert (target / "model_int8.onnx").stat().st_mtime_ns == built  # cached, not rebuilt
     assert sorted(p.name for p in target.parent.iterdir()) == ["minilm"]  # no staging dirs left behind
     vector = OnnxEmbedder(target).embed(["hello"])
@@ -239,24 +236,20 @@ def test_builder_is_generic_over_config_and_prefix(tmp_path: Path) -> None:
         assert float(alone[0] @ got[1]) > (0.99999 if name == "model.onnx" else 0.95)
 
 
-def test_default_model_dir_never_deletes_foreign_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_model_dir_never_deletes_foreign_dir(tmp_path: Path) -> None:
     target = tmp_path / "mine"
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
-    monkeypatch.setenv("FUNNEL_MODEL_DIR", str(target))
     with pytest.raises(BackendUnavailable, match="not a funnel ONNX model directory"):
-        default_model_dir()
+        default_model_dir(target)
     assert (target / "notes.txt").read_text() == "keep me"
 
 
-def test_default_model_dir_replaces_outdated_build(
-    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_default_model_dir_replaces_outdated_build(model_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "cache"
     target.mkdir()
     meta = json.loads((model_dir / "funnel_model.json").read_text())
     (target / "funnel_model.json").write_text(json.dumps({**meta, "builder_version": -1}))
-    monkeypatch.setenv("FUNNEL_MODEL_DIR", str(target))
-    assert default_model_dir() == target
+    assert default_model_dir(target) == target
     assert json.loads((target / "funnel_model.json").read_text()) == meta
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from funnel.apps.triage.redact import REDACTED, is_secret_key, redact, redact_obj
-from funnel.apps.triage.schema import Analysis, AnalysisStatus, ErrorReport, RankedFile, TriageResult
+from funnel.apps.state.incident_schema import Analysis, AnalysisStatus, ErrorReport, RankedFile, TriageResult
+from funnel.apps.state.redact import REDACTED, is_secret_key, redact, redact_obj
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

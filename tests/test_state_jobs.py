@@ -8,7 +8,8 @@ import time
 import pytest
 
 from funnel.apps.state import jobs as jobs_module
-from funnel.apps.state.jobs import EmbeddedJobs, JobState, Permanent, Workers
+from funnel.apps.state.jobs import EmbeddedJobs, JobState
+from funnel.apps.state.jobs_workers import Permanent, Workers
 
 
 @pytest.fixture(params=["memory", "postgres"])

@@ -402,11 +402,11 @@ def test_a_conversation_file_of_the_last_release_gains_owners(tmp_path):
     """Schema 1 (no owner column) is migrated in place: its conversations stay, owned by nobody ("")."""
     import sqlite3
 
-    from funnel.apps.state.conversations_sqlite import SQLITE_V1
+    from funnel.apps.state.conversations import SQLITE_STEPS
 
     path = tmp_path / "conversations.sqlite"
     with sqlite3.connect(path) as con:
-        for statement in SQLITE_V1:
+        for statement in SQLITE_STEPS[0]:
             con.execute(statement)
         con.execute("INSERT INTO funnel_conversations (collection, id, title, created_ts, updated_ts) "
                     "VALUES ('default', 'old', 'old', 1, 1)")

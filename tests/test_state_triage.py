@@ -21,11 +21,10 @@ from test_triage_slack import result as triaged
 from upstream_support import closed_port, fake  # noqa: F401 (fake: a fixture)
 
 from funnel.apps.state import db as db_module
-from funnel.apps.state.alerts import EmbeddedAlertState, PostgresAlertState, open_alert_state
+from funnel.apps.state.alerts import Delivery, DeliveryStatus, EmbeddedAlertState, PostgresAlertState, open_alert_state
 from funnel.apps.state.db import Database, DatabaseUnavailable
 from funnel.apps.state.incident_rows import incident_row
 from funnel.apps.state.incidents import STEPS, EmbeddedIncidents, PostgresIncidents, open_incidents
-from funnel.apps.triage.slack import Delivery, DeliveryStatus
 from funnel.errors import StoreError
 
 pytest.importorskip("psycopg_pool")

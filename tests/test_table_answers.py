@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import chunk
+from helpers import chunk, packaged_embedder
 
 from funnel.embed import HashingEmbedder
 from funnel.engine_config import EngineConfig
@@ -247,16 +247,7 @@ def test_cell_answers_in_every_format_with_tables(tmp_path, write):
 @pytest.mark.model
 @pytest.mark.slow
 def test_cell_answers_with_the_packaged_embedder(tmp_path):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("tokenizers")
-    from funnel.embed.onnx import OnnxEmbedder
-    from funnel.errors import BackendUnavailable
-
-    try:
-        embedder = OnnxEmbedder.default()
-        embedder.warm_up()
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+    embedder = packaged_embedder()
     docs = tmp_path / "docs"
     docs.mkdir()
     write_pdf(docs)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from upstream_support import ScriptedChat
 
+from funnel.apps.state.incident_schema import AnalysisStatus, ErrorReport
 from funnel.apps.triage.agent import AgentLimits, RepoTools, analyse
 from funnel.apps.triage.locate import FileLocator
-from funnel.apps.triage.schema import AnalysisStatus, ErrorReport
 from funnel.apps.triage.service import TriageService
 from funnel.apps.triage.stacktrace import parse_trace
 from funnel.embed import HashingEmbedder

@@ -22,8 +22,8 @@ from upstream_support import Reply, fake_upstream
 from funnel.apps.api import create_app
 from funnel.apps.settings import Settings
 from funnel.apps.state import jobs
+from funnel.apps.state.incident_schema import ErrorReport, Step, TriageSteps
 from funnel.apps.state.incidents import EmbeddedIncidents
-from funnel.apps.triage.schema import ErrorReport, Step, TriageSteps
 from funnel.apps.triage.service import TriageService
 from funnel.apps.triage.slack import SlackNotifier
 from funnel.embed import HashingEmbedder

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import FakeClock
 
+from funnel.apps.state.alerts import Delivery, DeliveryStatus
 from funnel.apps.state.incident_rows import incident_row
-from funnel.apps.state.incidents import SCHEMA_VERSION, SQLITE_V1, EmbeddedIncidents, Incident, IncidentChange
-from funnel.apps.triage.redact import REDACTED
-from funnel.apps.triage.schema import (
+from funnel.apps.state.incident_schema import (
     MAX_TRACE_CHARS,
     Analysis,
     AnalysisStatus,
@@ -26,7 +25,8 @@ from funnel.apps.triage.schema import (
     TriageResult,
     TriageSteps,
 )
-from funnel.apps.triage.slack import Delivery, DeliveryStatus
+from funnel.apps.state.incidents import SQLITE_STEPS, EmbeddedIncidents, Incident, IncidentChange
+from funnel.apps.state.redact import REDACTED
 from funnel.errors import StoreError
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -249,7 +249,7 @@ class TestEmbeddedIncidents(IncidentsContract):
         assert store.path.exists()
         with sqlite3.connect(store.path) as con:
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert con.execute("PRAGMA user_version").fetchone()[0] == len(SQLITE_STEPS)
 
 
 @pytest.mark.parametrize("half_migrated", [False, True])
@@ -259,7 +259,7 @@ def test_a_version_1_file_gains_the_step_columns(tmp_path, half_migrated):
     v1_columns = ("created_at, created_ts, service, exception_type, message, fingerprint, analysis_status, "
                   "report_json, result_json, slack_status, slack_detail")
     with closing(sqlite3.connect(path)) as con:
-        for statement in SQLITE_V1:
+        for statement in SQLITE_STEPS[0]:
             con.execute(statement)
         row = (*incident_row(report(), result(), 1_700_000_000.0)[:9], "sent", "delivered")
         con.execute(f"INSERT INTO incidents ({v1_columns}) VALUES ({', '.join('?' * 11)})", row)
@@ -274,14 +274,14 @@ def test_a_version_1_file_gains_the_step_columns(tmp_path, half_migrated):
     new = store.record(report(), result(), steps("queued", "queued"))
     assert EmbeddedIncidents(path).get(new).steps() == steps("queued", "queued")
     with closing(sqlite3.connect(path)) as con:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert con.execute("PRAGMA user_version").fetchone()[0] == len(SQLITE_STEPS) == 2
 
 
 def test_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "incidents.sqlite"
     EmbeddedIncidents(path)
     with sqlite3.connect(path) as con:
-        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        con.execute(f"PRAGMA user_version = {len(SQLITE_STEPS) + 1}")
     with pytest.raises(StoreError, match="newer funnel") as e:
         EmbeddedIncidents(path)
     assert "\n" not in str(e.value)

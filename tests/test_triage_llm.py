@@ -10,7 +10,7 @@ import pytest
 from test_llm_backends import Reply, fake, ollama_final, openai_completion  # noqa: F401 (fixture)
 from test_triage import SAMPLE_REPO, raised_in_sample_app
 
-from funnel.apps.triage.schema import AnalysisStatus, ErrorReport
+from funnel.apps.state.incident_schema import AnalysisStatus, ErrorReport
 from funnel.apps.triage.service import TriageService
 from funnel.embed import HashingEmbedder
 from funnel.generate.ollama import OllamaChat

@@ -13,10 +13,11 @@ from test_triage import SAMPLE_REPO, pipeline, raised_in_sample_app  # noqa: F40
 from test_triage_llm import ANALYSIS
 from upstream_support import ScriptedChat
 
-from funnel.apps.state.jobs import Job, EmbeddedJobs, Permanent, Queue
+from funnel.apps.state.jobs import EmbeddedJobs, Job
+from funnel.apps.state.jobs_workers import Permanent, Queue
+from funnel.apps.state.incident_schema import ErrorReport
 from funnel.apps.state.incidents import EmbeddedIncidents
 from funnel.apps.triage.queue import TRIAGE, TriageQueue
-from funnel.apps.triage.schema import ErrorReport
 from funnel.apps.triage.service import TriageService
 from funnel.generate.chat import ChatReply, ToolCall
 
@@ -38,7 +39,7 @@ def claimed(queue: TriageQueue) -> Job:
 
 
 def lease_of_nobody():
-    """A running job's lease, as a worker's handler sees it (`funnel.apps.state.jobs.Lease`)."""
+    """A running job's lease, as a worker's handler sees it (`funnel.apps.state.jobs_workers.Lease`)."""
     return SimpleNamespace(cancelled=threading.Event(), stopping=False)
 
 

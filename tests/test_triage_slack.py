@@ -21,10 +21,10 @@ import pytest
 from helpers import FakeClock
 from upstream_support import FakeServer, Reply, closed_port, fake  # noqa: F401 (fake: a fixture)
 
-from funnel.apps.triage import slack
 from funnel.apps.state.alerts import EmbeddedAlertState
-from funnel.apps.triage.redact import REDACTED
-from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
+from funnel.apps.state.incident_schema import Analysis, AnalysisStatus, RankedFile, SuspectedFile, TriageResult
+from funnel.apps.state.redact import REDACTED
+from funnel.apps.triage import slack
 from funnel.apps.triage.slack import Delivery, DeliveryStatus, SlackNotifier
 from funnel.apps.triage.slack_message import HEADER_CHARS, LLM_UNAVAILABLE, MAX_BLOCKS, SECTION_CHARS
 from funnel.errors import ConfigError, StoreError

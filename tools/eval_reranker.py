@@ -28,6 +28,14 @@ SETS = {  # name -> (folder, level)
 }
 
 
+def _eval_cache() -> Path | None:
+    """The `eval.cache` setting (FUNNEL_EVAL__CACHE, or the older FUNNEL_EVAL_CACHE): where `funnel eval`
+    keeps its indexes."""
+    from funnel.apps.settings import load_settings
+
+    return load_settings().section("eval").cache
+
+
 def evaluate(name: str, index_dir: Path | None, reranker, out: Path, limit: int | None) -> dict:
     from funnel.embed import load_embedder
     from funnel.eval import report
@@ -39,7 +47,7 @@ def evaluate(name: str, index_dir: Path | None, reranker, out: Path, limit: int 
 
     folder, level = SETS[name]
     suite = open_suite(folder, "test", level, limit)
-    index_dir = index_dir or default_index_dir(suite, "minilm")
+    index_dir = index_dir or default_index_dir(suite, "minilm", _eval_cache())
     pipeline = Pipeline(LanceStore(index_dir), load_embedder("minilm"), reranker=reranker)
     ingest = build_index(pipeline, suite)  # incremental: an up-to-date cached index is left as it is
     started = time.perf_counter()
@@ -149,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency:
         from funnel.eval.suite import default_index_dir, open_suite
 
-        index_dir = indexes.get("scifact") or default_index_dir(open_suite(SETS["scifact"][0], "test", "auto"), "minilm")
+        scifact = open_suite(SETS["scifact"][0], "test", "auto")
+        index_dir = indexes.get("scifact") or default_index_dir(scifact, "minilm", _eval_cache())
         summary["latency"] = latency(reranker, index_dir, args.latency_queries)
         print(f"\nlatency: {json.dumps(summary['latency'])}")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -11,16 +11,26 @@ is the one way to make a pipeline from them.
       ingest:      IngestConfig       [ingest]  chunk size, analyzer, file limits
       llm:         LlmConfig          [llm]     the answer's LLM (none: the extractive answer)
       answer:      AnswerConfig       [answer]  when an answer says the documents do not hold one
+      models:      ModelsConfig       [models]  where the models built on first use are kept
+
+`ENGINE_SECTIONS` is that table; `FLAT_NAMES` (generated from it) gives every key its flat name, the one
+`funnel.open(**search_config)`, `EngineConfig.of`, the CLI's flags and the integrations' keywords take.
+
+The limits a request may ask for are the fields' ranges (`funnel.config.bounds`): `k`, `candidates` and the
+rerank `depth` are 1-1000 wherever they are set (funnel.toml, FUNNEL_*, a flag, `funnel.open`). `k` alone
+has a lower ceiling for one request over the network, `request_le=100` (`funnel.config.request_bounds`):
+the HTTP API's and the MCP tools' `k`, because a served request's cost (a window of at least k chunks,
+k documents' text in the answer) is the server's to bound, not the caller's to choose.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from funnel import analyze, embed, generate, rerank
 from funnel.generate import abstain
-from funnel.config import check_ranges, setting
+from funnel.config import Choice, ModelsConfig, check_ranges, flat_names, section_fields, setting
 from funnel.errors import ConfigError
 from funnel.generate.base import ANSWER_TOKENS, CONTEXT_TOKENS, CONTEXT_WINDOW, LLM_TIMEOUT_S
 from funnel.generate.step import BORDERLINE
@@ -31,7 +41,7 @@ from funnel.retrieve.first_stage import FirstStageConfig
 
 @dataclass(frozen=True)
 class GroupingConfig:
-    k: int = setting(5, "documents returned", ge=1, le=1000)
+    k: int = setting(5, "documents returned", ge=1, le=1000, request_le=100)
     candidates: int = setting(25, "chunks the first stage hands to the second (the window)", ge=1, le=1000)
     chunks_per_document: int = setting(3, "chunks one document may hold in the window and in a result", ge=1,
                                        le=1000)
@@ -63,8 +73,6 @@ class RerankConfig(PolicyParams):
     timeout_s: float | None = setting(RERANK_TIMEOUT_S, "bound on one reranking call, in seconds", gt=0)
 
     def __post_init__(self):
-        if self.depth is not None and self.depth < 1:
-            raise ConfigError(f"rerank depth must be at least 1, got {self.depth}")
         super().__post_init__()  # each policy checks its own parameters first, in its own words
         check_ranges(self)
 
@@ -148,34 +156,60 @@ class EngineConfig:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
 
     @classmethod
     def of(cls, first_stage: FirstStageConfig | None = None, **flat: Any) -> EngineConfig:
-        """A config from the flat names `funnel.open(**search_config)` and the older `SearchConfig` took
-        (`k`, `candidates`, `chunks_per_document`, `policy`, `guaranteed`, `rerank_weight`, `rerank_rrf_k`,
-        `rerank_gate`, `rerank_depth`, `rerank_timeout_s`, plus `index`, `embedder`, `threads`)."""
-        parts: dict[str, dict[str, Any]] = {"grouping": {}, "rerank": {}, "top": {}}
+        """A config from flat names, as `funnel.open(**search_config)` takes them: `FLAT_NAMES` (`k`,
+        `candidates`, `policy`, `guaranteed`, `rerank_weight`, `rerank_depth`, `llm_model`, ...) and `index`,
+        `embedder`, `threads`. `first_stage` is the first stage's config the flat names change."""
+        top, parts = {}, {}
         for name, value in flat.items():
-            section, key = FLAT_NAMES.get(name, (None, name))
-            if section is None:
-                valid = ", ".join(sorted(FLAT_NAMES))
+            if name in TOP_LEVEL:
+                top[name] = value
+                continue
+            if name not in FLAT_NAMES:
+                valid = ", ".join(sorted([*FLAT_NAMES, *TOP_LEVEL]))
                 raise ConfigError(f"unknown search setting {name!r}; valid: {valid}")
-            if section == "rerank" and key == "policy":
-                value = RerankPolicy.parse(value)
-            parts[section][key] = value
-        return cls(**parts["top"], first_stage=first_stage or FirstStageConfig(),
-                   grouping=GroupingConfig(**parts["grouping"]), rerank=RerankConfig(**parts["rerank"]))
+            part, field_name, kind = _PART_FIELDS[FLAT_NAMES[name]]
+            if isinstance(kind, type) and issubclass(kind, Choice):
+                value = kind.parse(value)
+            parts.setdefault(part, {})[field_name] = value
+        built = {part: dc(**parts.get(part, {})) for section in ENGINE_SECTIONS.values()
+                 for part, dc in section.items() if part != "first_stage"}
+        return cls(**top, **built, first_stage=replace(first_stage or FirstStageConfig(),
+                                                       **parts.get("first_stage", {})))
 
     def with_rerank(self, **changes: Any) -> EngineConfig:
         return replace(self, rerank=replace(self.rerank, **changes))
 
 
-# The older flat names (funnel.open's keywords) -> (part, field).
-FLAT_NAMES: dict[str, tuple[str, str]] = {
-    **{f.name: ("grouping", f.name) for f in fields(GroupingConfig)},
-    **{f.name: ("rerank", f.name) for f in fields(PolicyParams)},
-    "policy": ("rerank", "policy"),
-    "rerank_depth": ("rerank", "depth"),
-    "rerank_timeout_s": ("rerank", "timeout_s"),
-    **{name: ("top", name) for name in ("index", "embedder", "threads")},
+# The engine's sections of the settings (funnel.toml's [search], FUNNEL_SEARCH__K, ...): section ->
+# {EngineConfig's part: its dataclass}. `index`, `embedder` and `threads` are EngineConfig's own, at the top.
+ENGINE_SECTIONS: dict[str, dict[str, type]] = {
+    "search": {"first_stage": FirstStageConfig, "grouping": GroupingConfig},
+    "rerank": {"rerank": RerankConfig},
+    "llm": {"llm": LlmConfig},
+    "answer": {"answer": AnswerConfig},
+    "ingest": {"ingest": IngestConfig},
+    "models": {"models": ModelsConfig},
+}
+TOP_LEVEL = ("index", "embedder", "threads")
+# How a key's flat name is made (`funnel.config.flat_names`): the key itself, `rerank_`/`llm_` + the key in
+# the sections whose keys alone are ambiguous (model, api_key, timeout_s), and these, the names earlier
+# releases gave them.
+FLAT_PREFIXED = ("rerank", "llm")
+FLAT_IRREGULAR = {
+    "reranker": "rerank.backend", "policy": "rerank.policy", "guaranteed": "rerank.guaranteed",
+    "llm": "llm.backend", "max_tokens": "ingest.chunk_tokens",
+    "model_dir": "models.minilm_dir", "e5_model_dir": "models.e5_dir",  # FUNNEL_MODEL_DIR, ..._E5_MODEL_DIR
+}
+# Flat name -> "section.key", generated: `rerank_weight` -> rerank.weight, `k` -> search.k, ...
+FLAT_NAMES: dict[str, str] = flat_names({s: tuple(parts.values()) for s, parts in ENGINE_SECTIONS.items()},
+                                        FLAT_PREFIXED, FLAT_IRREGULAR)
+# "section.key" -> (EngineConfig's part, the field's name, its type).
+_PART_FIELDS: dict[str, tuple[str, str, Any]] = {
+    f"{section}.{key}": (part, f.name, kind)
+    for section, parts in ENGINE_SECTIONS.items() for part, dc in parts.items()
+    for key, f, kind in section_fields(section, (dc,))
 }

@@ -51,6 +51,11 @@ class NotFound(FunnelError):
     """A named item (incident, collection, document) does not exist."""
 
 
+class Conflict(FunnelError):
+    """The request does not fit the state it finds: the collection exists, has nothing indexed yet, or holds
+    too many files of one name (HTTP 409)."""
+
+
 class Cancelled(BaseException):  # noqa: N818 (a stop asked for, not an error)
     """Work stopped on purpose: an upload's ingest when its document or collection is deleted.
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from funnel import generate, rerank
 from funnel.embed.base import Embedder
-from funnel.engine_config import LlmConfig, RerankConfig
+from funnel.engine_config import LlmConfig, ModelsConfig, RerankConfig
 from funnel.generate.base import Generator
 from funnel.generate.chat import ChatModel
 from funnel.rerank.base import Reranker
 from funnel.rerank.cache import CachedReranker
 
 
-def load_reranker(config: RerankConfig) -> Reranker | None:
+def load_reranker(config: RerankConfig, models: ModelsConfig | None = None) -> Reranker | None:
     """The configured reranker behind a score cache (a pair's score depends on nothing else, so a repeated
-    query, `ask` after `search` or another eval variant never scores a pair twice); None for `none`."""
+    query, `ask` after `search` or another eval variant never scores a pair twice); None for `none`.
+    `models.reranker_dir`, when set, is the built-in reranker's folder."""
+    where = {"reranker_dir": models.reranker_dir} if models is not None and models.reranker_dir else {}
     reranker = rerank.load(config.backend, model=config.model, api_key=config.api_key,
-                           timeout_s=config.timeout_s, max_length=config.max_tokens)
+                           timeout_s=config.timeout_s, max_length=config.max_tokens, **where)
     return CachedReranker(reranker) if reranker is not None else None
 
 

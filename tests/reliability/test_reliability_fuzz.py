@@ -914,7 +914,7 @@ def test_llm_answer_parsers(tally):
 
 
 def test_slack_response_handling(tally):
-    from funnel.apps.triage.schema import AnalysisStatus, TriageResult
+    from funnel.apps.state.incident_schema import AnalysisStatus, TriageResult
     from funnel.apps.triage.slack import Delivery, SlackNotifier, _retry_after
 
     result = TriageResult(service="shop", exception_type="KeyError", message="boom", fingerprint="f" * 16,

@@ -79,7 +79,8 @@ def run_eval_command(settings: Settings, options: EvalOptions, console: Console,
                           "(--strict makes this an error)", highlight=False)
     if not options.index_given:
         embedder = settings.embedder or "minilm"
-        settings = settings.model_copy(update={"index": default_index_dir(suite, embedder), "embedder": embedder})
+        index = default_index_dir(suite, embedder, settings.section("eval").cache)
+        settings = settings.model_copy(update={"index": index, "embedder": embedder})
     pipeline = build_pipeline(settings)
     run, ingest, calibration = _index_and_run(pipeline, suite, variants, options, err_console)
     for problem in ingest.problems:

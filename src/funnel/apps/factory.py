@@ -18,7 +18,8 @@ __all__ = ["build_chat", "build_generator", "build_pipeline", "reranker_from_set
 
 def reranker_from_settings(settings: Settings) -> Reranker | None:
     """The configured reranker behind a score cache (`funnel.parts.load_reranker`)."""
-    return load_reranker(settings.engine().rerank)
+    engine = settings.engine()
+    return load_reranker(engine.rerank, engine.models)
 
 
 def build_chat(settings: Settings) -> ChatModel | None:

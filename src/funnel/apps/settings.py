@@ -1,19 +1,14 @@
 """Settings, read once at the edge: flags > FUNNEL_* environment > funnel.toml > defaults.
 
 They come in sections, each generated from a config dataclass, so a default and its range are written once,
-in the dataclass (`funnel.engine_config` for the engine, the four below for the service):
-
-    index, embedder, threads                  (top level)
-    [search]    FirstStageConfig + GroupingConfig
-    [rerank]    RerankConfig
-    [llm]       LlmConfig        [answer] AnswerConfig
-    [ingest]    IngestConfig
-    [serve]     ServeConfig      [triage] TriageConfig
-    [slack]     SlackConfig      [database] DatabaseConfig
+in the dataclass (`funnel.engine_config` for the engine, `funnel.apps.settings_sections` for the service,
+which lists the sections and makes their models). This module reads them: the sources, `Settings`,
+`load_settings`, one-line errors, and `explain_settings` (`funnel config`).
 
 In funnel.toml a section is a table (`[search]` then `k = 10`); in the environment `FUNNEL_SEARCH__K=10`.
-The flat names of earlier releases (`k`, `reranker`, `llm_model`, ...) still work for one release, and say
-once that they are deprecated (`DEPRECATED`).
+Flags and keywords take the flat names (`k`, `reranker`, `data_dir`: `FLAT_NAMES`); in funnel.toml and the
+environment the flat names of earlier releases (`k`, `llm_model`, FUNNEL_MODEL_DIR, ...) still work for one
+release, and say once that they are deprecated.
 """
 
 from __future__ import annotations
@@ -22,153 +17,28 @@ import difflib
 import json
 import os
 import sys
-from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource)
 
-from funnel.apps.state.limits import LimitsConfig
-from funnel.config import range_text, setting
-from funnel.engine_config import (AnswerConfig, EngineConfig, GroupingConfig, IngestConfig, LlmConfig,
-                                  RerankConfig)
+from funnel.apps.settings_sections import (  # noqa: F401  (re-exported: importers use funnel.apps.settings)
+    FLAT_NAMES, SECTION_MODELS, SECTIONS, SERVICE_SECTIONS, TOP_FIELDS, TOP_LEVEL, DatabaseConfig, EvalConfig,
+    ServeConfig, SlackConfig, TriageConfig, as_dataclass, env_var, metadata, section_key, valid_names,
+)
+from funnel.config import range_text
+from funnel.engine_config import ENGINE_SECTIONS, EngineConfig
 from funnel.errors import ConfigError
-from funnel.retrieve.first_stage import FirstStageConfig
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    data_dir: Path = setting(Path(".funnel-data"), "collections (indexes + uploaded files)")
-    job_threads: int = setting(2, "threads running ingest and calibration jobs (0: `funnel worker` does)",
-                               ge=0, le=64)
-    job_lease_s: float = setting(30.0, "a job whose process stops renewing it is taken again after this",
-                                 ge=1, le=3600)
-    max_upload_mb: int = setting(50, "largest upload request, in MiB", ge=1, le=10_000)
-    api_key: str | None = setting(None, "required as X-API-Key or Authorization: Bearer on /v1/*, /api/*, "
-                                        "/metrics", secret=True)
-    cors_origins: list[str] = setting([], 'origins allowed by CORS, e.g. ["http://localhost:5173"]')
-
-
-@dataclass(frozen=True)
-class TriageConfig:
-    repo: Path | None = setting(None, "the repository root (read_file is confined to it)")
-    incidents: Path = setting(Path(".funnel-incidents.sqlite"), "the incident database")
-
-
-@dataclass(frozen=True)
-class SlackConfig:
-    webhook_url: str | None = setting(None, "Slack incoming-webhook URL", secret=True)
-    timeout_s: float = setting(10.0, "bound on each attempt to post to Slack", gt=0)
-    retries: int = setting(4, "retries after a failed post (429, 5xx, down)", ge=0, le=10)
-
-
-@dataclass(frozen=True)
-class DatabaseConfig:
-    url: str | None = setting(None, "keep all service state in this PostgreSQL (postgresql://...), shared by "
-                                    "every process (serve, worker); unset: embedded under serve.data_dir",
-                              secret=True)
-    search_url: str | None = setting(None, "a streaming read replica of `url` where searches read the "
-                                           "collection indexes (everything else stays on `url`)", secret=True)
-
-    def __post_init__(self):
-        for name, url in (("url", self.url), ("search_url", self.search_url)):
-            if url is not None and url.split("://", 1)[0] not in ("postgresql", "postgres"):
-                raise ConfigError(f"invalid setting database.{name}: must be a postgresql:// URL")
-
-
-# Section -> the dataclasses its keys come from. A key is the field's name less a `<section>_` prefix
-# (RerankConfig's `rerank_weight` is [rerank] weight).
-SECTIONS: dict[str, tuple[type, ...]] = {
-    "search": (FirstStageConfig, GroupingConfig),
-    "rerank": (RerankConfig,),
-    "llm": (LlmConfig,),
-    "answer": (AnswerConfig,),
-    "ingest": (IngestConfig,),
-    "serve": (ServeConfig, LimitsConfig),
-    "triage": (TriageConfig,),
-    "slack": (SlackConfig,),
-    "database": (DatabaseConfig,),
-}
-TOP_LEVEL = ("index", "embedder", "threads")  # EngineConfig's own fields
-
-# The flat names of earlier releases -> "section.key". They work for one release and say so once.
-DEPRECATED: dict[str, str] = {
-    "k": "search.k", "candidates": "search.candidates", "per_retriever": "search.per_retriever",
-    "retrieval": "search.retrieval", "rrf_k": "search.rrf_k", "bm25_weight": "search.bm25_weight",
-    "dense_weight": "search.dense_weight",
-    "reranker": "rerank.backend", "rerank_model": "rerank.model", "rerank_api_key": "rerank.api_key",
-    "rerank_max_tokens": "rerank.max_tokens", "policy": "rerank.policy", "guaranteed": "rerank.guaranteed",
-    "rerank_weight": "rerank.weight", "rerank_rrf_k": "rerank.rrf_k", "rerank_gate": "rerank.gate",
-    "rerank_depth": "rerank.depth", "rerank_timeout_s": "rerank.timeout_s",
-    "llm": "llm.backend", "llm_model": "llm.model", "llm_api_key": "llm.api_key",
-    "llm_completion": "llm.completion",
-    "llm_timeout_s": "llm.timeout_s", "llm_context_tokens": "llm.context_tokens",
-    "llm_answer_tokens": "llm.answer_tokens",
-    "max_tokens": "ingest.chunk_tokens", "analyzer": "ingest.analyzer", "max_file_mb": "ingest.max_file_mb",
-    "max_pdf_mb": "ingest.max_pdf_mb",
-    "data_dir": "serve.data_dir", "job_threads": "serve.job_threads", "job_lease_s": "serve.job_lease_s",
-    "max_upload_mb": "serve.max_upload_mb", "api_key": "serve.api_key", "cors_origins": "serve.cors_origins",
-    "repo": "triage.repo", "incidents": "triage.incidents",
-    "slack_webhook_url": "slack.webhook_url", "slack_timeout_s": "slack.timeout_s",
-    "slack_retries": "slack.retries",
-    "database": "database.url", "search_database": "database.search_url",
-}
-
-
-def env_var(name: str) -> str:
-    """The environment variable of a setting named flat (`k`) or by section (`search.k`): FUNNEL_SEARCH__K."""
-    name = DEPRECATED.get(name, name)
-    return "FUNNEL_" + name.upper().replace(".", "__")
-
-
-def section_key(section: str, name: str) -> str:
-    return name.removeprefix(f"{section}_")
-
-
-def _fields(section: str):
-    """(key, dataclass field, its type) of each key of a section."""
-    for dc in SECTIONS[section]:
-        types = get_type_hints(dc)
-        for f in fields(dc):
-            if not is_dataclass(types[f.name]):
-                yield section_key(section, f.name), f, types[f.name]
-
-
-def _pydantic_field(f, kind) -> tuple[Any, Any]:
-    meta = dict(f.metadata)
-    secret = meta.pop("secret", False)
-    kind = (SecretStr | None) if secret else kind
-    default = {"default_factory": f.default_factory} if f.default is MISSING else {"default": f.default}
-    return kind, Field(**default, **meta)
-
-
-def _section_model(section: str) -> type[BaseModel]:
-    model = create_model(
-        f"{section.title()}Settings", __config__=ConfigDict(extra="forbid", frozen=True),
-        **{key: _pydantic_field(f, kind) for key, f, kind in _fields(section)},
-    )
-    model.__doc__ = f"[{section}]: " + ", ".join(dc.__name__ for dc in SECTIONS[section])
-    return model
-
-
-SECTION_MODELS = {name: _section_model(name) for name in SECTIONS}
-_TOP_FIELDS = {f.name: f for f in fields(EngineConfig) if f.name in TOP_LEVEL}
-_TOP_TYPES = get_type_hints(EngineConfig)
-
-
-def valid_names() -> list[str]:
-    """Every setting's name as `section.key` (top-level ones bare)."""
-    return [*TOP_LEVEL, *(f"{s}.{key}" for s in SECTIONS for key, _, _ in _fields(s))]
 
 
 def _nest(flat: dict[str, Any], say_where: str | None = None) -> dict[str, Any]:
-    """Flat names of earlier releases moved into their sections (saying so once when `say_where` names a
-    file or the environment); everything else as it is."""
+    """Flat names moved into their sections (saying once that they are deprecated when `say_where` names a
+    file or the environment: flags and keywords are not); everything else as it is."""
     out: dict[str, Any] = {}
     for name, value in flat.items():
-        target = DEPRECATED.get(name)
+        target = FLAT_NAMES.get(name)
         if target is None or (name in SECTIONS and isinstance(value, dict)):
             out[name] = {**out.get(name, {}), **value} if isinstance(value, dict) else value
             continue
@@ -207,12 +77,12 @@ class _Env(EnvSettingsSource):
 
     def __init__(self, settings_cls, **kwargs):
         super().__init__(settings_cls, **kwargs)
-        collide = {f"funnel_{name}" for name in DEPRECATED if name in SECTIONS}
+        collide = {f"funnel_{name}" for name in FLAT_NAMES if name in SECTIONS}
         self.env_vars = {k: v for k, v in self.env_vars.items() if k not in collide}
 
 
 class _DeprecatedEnv(PydanticBaseSettingsSource):
-    """FUNNEL_<FLAT NAME> of earlier releases, e.g. FUNNEL_K, moved into its section."""
+    """FUNNEL_<FLAT NAME> of earlier releases, e.g. FUNNEL_K or FUNNEL_MODEL_DIR, moved into its section."""
 
     def get_field_value(self, field, field_name):  # the whole mapping comes from __call__
         return None, field_name, False
@@ -220,11 +90,13 @@ class _DeprecatedEnv(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         found: dict[str, Any] = {}
         environ = {k.upper(): v for k, v in os.environ.items()}
-        for name in DEPRECATED:
+        for name in FLAT_NAMES:
             value = environ.get(f"FUNNEL_{name.upper()}")
             if value is None:
                 continue
-            found[name] = json.loads(value) if name == "cors_origins" and value.startswith("[") else value
+            section, key = FLAT_NAMES[name].split(".")
+            listed = get_origin(SECTION_MODELS[section].model_fields[key].annotation) is list  # cors_origins
+            found[name] = json.loads(value) if listed and value.startswith("[") else value
         return _nest(found, "in the environment") if found else {}
 
 
@@ -235,32 +107,35 @@ class Settings(BaseSettings):
                                       env_nested_delimiter="__")
 
     # A string, not a Path: a postgresql:// URL must keep its double slash.
-    index: str = Field(_TOP_FIELDS["index"].default, description=_TOP_FIELDS["index"].metadata["description"])
-    embedder: str | None = Field(None, description=_TOP_FIELDS["embedder"].metadata["description"])
-    threads: int | None = Field(None, ge=1, description=_TOP_FIELDS["threads"].metadata["description"])
+    index: str = Field(TOP_FIELDS["index"].default, description=TOP_FIELDS["index"].metadata["description"])
+    embedder: str | None = Field(None, description=TOP_FIELDS["embedder"].metadata["description"])
+    threads: int | None = Field(None, ge=1, description=TOP_FIELDS["threads"].metadata["description"])
     search: SECTION_MODELS["search"] = Field(default_factory=SECTION_MODELS["search"])  # type: ignore[valid-type]
     rerank: SECTION_MODELS["rerank"] = Field(default_factory=SECTION_MODELS["rerank"])  # type: ignore[valid-type]
     llm: SECTION_MODELS["llm"] = Field(default_factory=SECTION_MODELS["llm"])  # type: ignore[valid-type]
     answer: SECTION_MODELS["answer"] = Field(default_factory=SECTION_MODELS["answer"])  # type: ignore[valid-type]
     ingest: SECTION_MODELS["ingest"] = Field(default_factory=SECTION_MODELS["ingest"])  # type: ignore[valid-type]
+    models: SECTION_MODELS["models"] = Field(  # type: ignore[valid-type]
+        default_factory=SECTION_MODELS["models"])
     serve: SECTION_MODELS["serve"] = Field(default_factory=SECTION_MODELS["serve"])  # type: ignore[valid-type]
     triage: SECTION_MODELS["triage"] = Field(default_factory=SECTION_MODELS["triage"])  # type: ignore[valid-type]
     slack: SECTION_MODELS["slack"] = Field(default_factory=SECTION_MODELS["slack"])  # type: ignore[valid-type]
     database: SECTION_MODELS["database"] = Field(  # type: ignore[valid-type]
         default_factory=SECTION_MODELS["database"])
+    eval: SECTION_MODELS["eval"] = Field(default_factory=SECTION_MODELS["eval"])  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod
     def _flat_names(cls, data: Any) -> Any:
-        """Flags and `Settings(...)` keywords may use the flat names; a flag wins over the same key in a
-        section that came from the environment or funnel.toml."""
+        """Flags and `Settings(...)` keywords may use the flat names (`FLAT_NAMES`, not deprecated there); a
+        flag wins over the same key in a section that came from the environment or funnel.toml."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
         flat = {n: data.pop(n) for n in list(data)
-                if n in DEPRECATED and not (n in SECTIONS and isinstance(data[n], (dict, BaseModel)))}
+                if n in FLAT_NAMES and not (n in SECTIONS and isinstance(data[n], (dict, BaseModel)))}
         for name, value in flat.items():
-            section, key = DEPRECATED[name].split(".")
+            section, key = FLAT_NAMES[name].split(".")
             inner = data.get(section)
             inner = inner.model_dump() if isinstance(inner, BaseModel) else dict(inner or {})
             data[section] = {**inner, key: value}
@@ -273,7 +148,7 @@ class Settings(BaseSettings):
         """The dataclasses' own checks (an analyzer, a rerank policy's parameters, a database URL)."""
         try:
             self.engine()
-            for name in ("serve", "triage", "slack", "database"):
+            for name in SERVICE_SECTIONS:
                 self.section(name)
         except ConfigError as e:
             raise ValueError(str(e)) from None
@@ -296,28 +171,14 @@ class Settings(BaseSettings):
 
     def engine(self) -> EngineConfig:
         """The engine's config these settings describe (ConfigError for a value the engine refuses)."""
-        return EngineConfig(
-            index=self.index, embedder=self.embedder, threads=self.threads,
-            first_stage=_dataclass(FirstStageConfig, "search", self.search),
-            grouping=_dataclass(GroupingConfig, "search", self.search),
-            rerank=_dataclass(RerankConfig, "rerank", self.rerank),
-            ingest=_dataclass(IngestConfig, "ingest", self.ingest),
-            llm=_dataclass(LlmConfig, "llm", self.llm),
-            answer=_dataclass(AnswerConfig, "answer", self.answer),
-        )
+        parts = {part: as_dataclass(dc, section, getattr(self, section))
+                 for section, classes in ENGINE_SECTIONS.items() for part, dc in classes.items()}
+        return EngineConfig(index=self.index, embedder=self.embedder, threads=self.threads, **parts)
 
     def section(self, name: str):
-        """A service section as its dataclass (`ServeConfig`, ...), secrets as plain strings."""
-        return _dataclass(SECTIONS[name][0], name, getattr(self, name))
-
-
-def _dataclass(dc: type, section: str, values: BaseModel):
-    def plain(value):
-        return value.get_secret_value() if isinstance(value, SecretStr) else value
-
-    hints = get_type_hints(dc)
-    return dc(**{f.name: plain(getattr(values, section_key(section, f.name))) for f in fields(dc)
-                 if not is_dataclass(hints[f.name])})
+        """A section as its (first) dataclass (`ServeConfig`, `ModelsConfig`, ...), secrets as plain
+        strings."""
+        return as_dataclass(SECTIONS[name][0], name, getattr(self, name))
 
 
 def load_settings(**overrides) -> Settings:
@@ -342,7 +203,7 @@ def _one_line(error: dict) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "settings"
     shown = where if where.isprintable() else repr(where)  # a TOML key may hold a newline
     if error["type"] == "extra_forbidden":
-        known = {**{n: n for n in [*valid_names(), *SECTIONS]}, **DEPRECATED}  # a flat name: its new one
+        known = {**{n: n for n in [*valid_names(), *SECTIONS]}, **FLAT_NAMES}  # a flat name: its new one
         near = difflib.get_close_matches(where, list(known), n=1, cutoff=0.5)
         bare = where.rsplit(".", 1)[-1]
         hint = [known[near[0]]] if near else difflib.get_close_matches(bare, valid_names(), n=1, cutoff=0.6)
@@ -350,19 +211,11 @@ def _one_line(error: dict) -> str:
                                              f"; sections: {', '.join(SECTIONS)}")
     if not error["loc"] and error["type"] == "value_error":  # a dataclass's own check: its message as it is
         return str(error["ctx"]["error"])
-    meta = _metadata(error["loc"])
+    meta = metadata(error["loc"])
     bounds = {k: meta[k] for k in ("ge", "gt", "le") if k in meta}
     if bounds and error["type"] in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         return f"invalid setting {shown}: must be {range_text(bounds)}, got {error.get('input')}"
     return " ".join(f"invalid setting {shown}: {error['msg']}".split())
-
-
-def _metadata(loc: tuple) -> dict:
-    if len(loc) == 1 and loc[0] in _TOP_FIELDS:
-        return dict(_TOP_FIELDS[loc[0]].metadata)
-    if len(loc) == 2 and loc[0] in SECTIONS:
-        return next((dict(f.metadata) for key, f, _ in _fields(loc[0]) if key == loc[1]), {})
-    return {}
 
 
 def explain_settings(settings: Settings, flags: dict[str, Any] | None = None) -> list[tuple[str, Any, str]]:

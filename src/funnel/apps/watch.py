@@ -31,7 +31,8 @@ from pathlib import Path
 from funnel.errors import FunnelError
 from funnel.indexer import IngestReport
 from funnel.ingest.loaders import by_name
-from funnel.ingest.walk import BINARY_EXTENSIONS, IgnoreRules
+from funnel.ingest.ignore import IgnoreRules
+from funnel.ingest.walk import BINARY_EXTENSIONS
 
 log = logging.getLogger("funnel.watch")
 

@@ -9,9 +9,9 @@ made from the documents and no human judgments:
    The query is taken out of its answer, so neither retriever can win by matching it verbatim.
 2. Copy what competes for those queries in the real index (each query's BM25 and dense top-n, with their
    stored vectors) plus the edited answers into a small temporary embedded index (`small_copy.py`), and run
-   the pipeline's own first stage on it (`measure.py`: `Pipeline.over(copy)`, `plan`, `retrieve`,
+   the pipeline's own first stage on it (`measure.py`: `Searcher.over(copy)`, `plan`, `retrieve`,
    `first_stage`; BM25 + dense + RRF, same window and per-document cap).
-3. Score each window with the reranker once (`Pipeline.second_stage`, its checks of the scores); apply every
+3. Score each window with the reranker once (`Searcher.second_stage`, its checks of the scores); apply every
    option (`options.py`: first-stage order, rrf with reranker weights 0.25/0.5/1/2, guaranteed slots,
    replace) and take the reciprocal rank of the answer.
 4. Adopt the best option only if it beats the first-stage order by MIN_GAIN with a paired randomization test
@@ -28,10 +28,11 @@ calibrate on those instead (`funnel calibrate --judged FILE`, `judged.py`): the 
 the real index itself (nothing is taken out of the answers). They are stored with the calibration, so the
 recalibration after an ingest measures them again.
 
-The result (`record.py`) is stored with the index (`Store.write_calibration`) and read by `Pipeline.search`
-under the `auto` policy. It names the reranker and embedder it was measured with, so a different model is
-noticed. `run.py` ties the steps together; the caller hands it the `Pipeline` (nothing here imports the
-pipeline, which imports this package).
+The result (`record.py`) is stored with the index (`Store.write_calibration`) and read by the search
+(`funnel.search`) under the `auto` policy. It names the reranker and embedder it was measured with, so a
+different model is noticed. `run.py` ties the steps together; the caller hands it the searcher: a
+`Pipeline`, which imports this package (nothing here imports the pipeline, and `funnel.search`, which reads
+`record.py`, only for its types).
 """
 
 from funnel.calibrate.decide import MAX_P, MIN_GAIN

@@ -27,7 +27,7 @@ from funnel.generate.abstain import DEFAULT_THRESHOLD, measure
 from funnel.rerank.policies import RerankPolicy
 
 if TYPE_CHECKING:
-    from funnel.pipeline import Pipeline
+    from funnel.search import Searcher
 
 FOREIGN_ABSTAIN = 0.8  # the share of foreign questions the threshold aims to abstain on
 ANSWERABLE_ABSTAIN = 0.03  # ... and the most of the answerable sample it may abstain on
@@ -41,7 +41,7 @@ def foreign_questions() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
-def _scores(pipeline: Pipeline, questions: list[str], progress: Progress | None) -> list[float]:
+def _scores(pipeline: Searcher, questions: list[str], progress: Progress | None) -> list[float]:
     """Each question's evidence; `progress(done, total)` after each (it may raise to stop the calibration)."""
     scores = []
     for done, question in enumerate(questions, start=1):
@@ -52,7 +52,7 @@ def _scores(pipeline: Pipeline, questions: list[str], progress: Progress | None)
     return scores
 
 
-def _answerable(pipeline: Pipeline, seed: int) -> tuple[list[str], bool]:
+def _answerable(pipeline: Searcher, seed: int) -> tuple[list[str], bool]:
     """Sentences of chunks sampled across the index, as the calibration samples them, and whether any chunk
     sampled is in Hangul, Han or Kana."""
     queries, sources = generated(pipeline.store, ANSWERABLE_QUERIES, seed, ("sentence",))
@@ -66,7 +66,7 @@ def asked(questions: tuple[str, ...], cjk_index: bool) -> list[str]:
     return list(questions) if cjk_index else [q for q in questions if not has_cjk(q)]
 
 
-def abstention_threshold(pipeline: Pipeline, seed: int = 0, progress: Progress | None = None) -> dict:
+def abstention_threshold(pipeline: Searcher, seed: int = 0, progress: Progress | None = None) -> dict:
     """The calibration's abstention fields: the threshold, why, and what it abstains on in both samples."""
     own, cjk_index = _answerable(pipeline, seed)
     foreign = _scores(pipeline, asked(foreign_questions(), cjk_index), progress)

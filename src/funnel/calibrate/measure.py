@@ -1,5 +1,5 @@
 """Measuring the options on test queries: the reciprocal rank of each query's answer under every first-stage
-weighting and every second-stage option. It runs the pipeline's own steps (`Pipeline.plan`, `retrieve`,
+weighting and every second-stage option. It runs the pipeline's own steps (`Searcher.plan`, `retrieve`,
 `first_stage`, `second_stage`) on `SearchRequest`s, over a small copy of the index (`small_copy`) for queries
 made from the documents, over the index itself for judged ones."""
 
@@ -21,14 +21,14 @@ from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Candidate, Chunk, RerankStatus
 
 if TYPE_CHECKING:
-    from funnel.pipeline import Pipeline, SearchRequest
+    from funnel.search import Searcher, SearchRequest
 
 RR_DEPTH = 10
 Retrieved = tuple[list[ScoredChunk], list[ScoredChunk]]
 
 
 def retrieved(
-    pipeline: Pipeline, queries: list[PseudoQuery], sources: dict[str, Chunk] | None
+    pipeline: Searcher, queries: list[PseudoQuery], sources: dict[str, Chunk] | None
 ) -> tuple[list[SearchRequest], list[Retrieved]]:
     """Each query's request and its BM25 and dense lists, on a small copy of the index (the index itself when
     `sources` is None: judged queries edit nothing). A request asks for the search's window under the 1:1
@@ -49,7 +49,7 @@ def weighted(request: SearchRequest, option: FirstStageOption) -> SearchRequest:
 
 
 def first_stage_rr(
-    pipeline: Pipeline, queries: list[PseudoQuery], requests: list[SearchRequest], lists: list[Retrieved]
+    pipeline: Searcher, queries: list[PseudoQuery], requests: list[SearchRequest], lists: list[Retrieved]
 ) -> dict[str, list[float]]:
     """Each first-stage option's reciprocal rank per query, its window fused from the retrieved lists."""
     return {
@@ -61,19 +61,19 @@ def first_stage_rr(
 
 
 def windows(
-    pipeline: Pipeline, requests: list[SearchRequest], lists: list[Retrieved], option: FirstStageOption
+    pipeline: Searcher, requests: list[SearchRequest], lists: list[Retrieved], option: FirstStageOption
 ) -> list[list[Candidate]]:
     """The windows the chosen first stage hands the second."""
     return [pipeline.first_stage(weighted(r, option), found) for r, found in zip(requests, lists)]
 
 
 def second_stage_rr(
-    pipeline: Pipeline, queries: list[PseudoQuery], requests: list[SearchRequest],
+    pipeline: Searcher, queries: list[PseudoQuery], requests: list[SearchRequest],
     windows: list[list[Candidate]],
     progress: Callable[[int, int], None] | None,
 ) -> dict[str, list[float]]:
     """Each second-stage option's reciprocal rank per query, over the chosen first stage's windows: each
-    window scored once by `Pipeline.second_stage` (its depth, timeout and score checks), and every option's
+    window scored once by `Searcher.second_stage` (its depth, timeout and score checks), and every option's
     order made from those scores as the second stage makes it (`ordered`)."""
     policies = {o.label: o.policy(pipeline.config.rerank) for o in MEASURED}
     rr: dict[str, list[float]] = {option.label: [] for option in MEASURED}
@@ -87,7 +87,7 @@ def second_stage_rr(
     return rr
 
 
-def _scores(pipeline: Pipeline, request: SearchRequest, window: list[Candidate]) -> list[float]:
+def _scores(pipeline: Searcher, request: SearchRequest, window: list[Candidate]) -> list[float]:
     """The reranker's scores of the window's scored head, in window order. A reranker that fails stops the
     calibration (a server down or a broken model): nothing is stored, so the previous calibration stays."""
     result = pipeline.second_stage(request, window)

@@ -23,12 +23,12 @@ from funnel.rerank.policies import RerankPolicy
 from funnel.types import Chunk
 
 if TYPE_CHECKING:
-    from funnel.pipeline import Pipeline, SearchRequest
+    from funnel.search import Searcher, SearchRequest
 
 Sample = tuple[list[PseudoQuery], dict[str, Chunk]]
 
 
-def calibrate(pipeline: Pipeline, *, seed: int = 0, **options) -> Calibration:
+def calibrate(pipeline: Searcher, *, seed: int = 0, **options) -> Calibration:
     """`measure_and_choose` (its options: n_queries, kinds, judged, progress), with the abstention threshold
     of this index (`funnel.calibrate.abstain`)."""
     result = measure_and_choose(pipeline, seed=seed, **options)
@@ -36,7 +36,7 @@ def calibrate(pipeline: Pipeline, *, seed: int = 0, **options) -> Calibration:
 
 
 def measure_and_choose(
-    pipeline: Pipeline,
+    pipeline: Searcher,
     *,
     n_queries: int = DEFAULT_QUERIES,
     seed: int = 0,
@@ -76,7 +76,7 @@ def measure_and_choose(
 
 
 def _calibrate_judged(
-    pipeline: Pipeline, judged: list[Judged], made: dict, started: float,
+    pipeline: Searcher, judged: list[Judged], made: dict, started: float,
     progress: Callable[[int, int], None] | None,
 ) -> Calibration:
     """Every option on the judged queries that name a document of this index, over the index itself."""
@@ -96,7 +96,7 @@ def _calibrate_judged(
 
 
 def _measure_and_decide(
-    pipeline: Pipeline, queries: list[PseudoQuery], sources: dict[str, Chunk] | None, described: str,
+    pipeline: Searcher, queries: list[PseudoQuery], sources: dict[str, Chunk] | None, described: str,
     made: dict, started: float, progress: Callable[[int, int], None] | None,
     first_stage_sample: Sample | None = None,
 ) -> Calibration:
@@ -125,7 +125,7 @@ def _measure_and_decide(
 
 
 def _first_stage(
-    pipeline: Pipeline, queries: list[PseudoQuery], requests: list[SearchRequest], lists: list[Retrieved],
+    pipeline: Searcher, queries: list[PseudoQuery], requests: list[SearchRequest], lists: list[Retrieved],
     described: str, sample: Sample | None,
 ) -> tuple[FirstStageOption, dict]:
     """The first stage chosen from its options' reciprocal ranks (on `sample` when it is the larger, else on

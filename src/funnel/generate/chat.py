@@ -1,7 +1,8 @@
-"""The chat protocol every LLM backend implements, the values it exchanges, and the base the two HTTP
-backends (`ollama`, `openai_compat`) share over `funnel.http.Upstream`, which converts errors for both.
+"""The chat protocol every LLM backend implements, the values it exchanges, the base every backend here
+builds on (`ChatBackend`: the protocol's calls as one `ChatCall`), and the base the two HTTP backends
+(`ollama`, `openai_compat`) share over `funnel.http.Upstream`, which converts errors for both.
 
-A backend's `stream` yields text deltas. The HTTP backends return a `ChatStream`: an iterator of those
+A backend's `stream` yields text deltas. Funnel's backends return a `ChatStream`: an iterator of those
 deltas whose `reply` holds the whole `ChatReply` (tool calls assembled, token counts, finish reason) once
 the last delta has been read. A stream that breaks part-way raises `UpstreamError` from the iterator, after
 the deltas it already yielded.
@@ -174,6 +175,43 @@ class ChatCall:
         ]
 
 
+class ChatBackend:
+    """The `ChatModel` calls as every backend takes them: `chat` and `stream` put their arguments in one
+    `ChatCall`, which the backend answers whole (`_answer`; by default its stream, read to the end) or as a
+    stream of text deltas (`_stream`)."""
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        json_schema: dict | None = None,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+    ) -> ChatReply:
+        return self._answer(ChatCall(messages, tools, json_schema, max_tokens, temperature))
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        tools: Sequence[ToolSpec] = (),
+        json_schema: dict | None = None,
+    ) -> ChatStream:
+        """Text deltas; `tools` and `json_schema` (extensions of the protocol) let the reply carry tool calls
+        too, assembled into `ChatStream.reply.tool_calls`, or hold to a schema."""
+        call = ChatCall(messages, tools, json_schema, max_tokens, temperature, stream=True)
+        return ChatStream(self._stream(call))
+
+    def _answer(self, call: ChatCall) -> ChatReply:
+        return ChatStream(self._stream(call)).finish()
+
+    def _stream(self, call: ChatCall) -> Generator[str, None, ChatReply]:
+        raise NotImplementedError
+
+
 def llm_upstream(
     base_url: str, timeout: float, client: httpx.Client | None, api_key: str | None = None
 ) -> Upstream:
@@ -186,7 +224,7 @@ def llm_upstream(
     return Upstream(STAGE, base_url, timeout, client, api_key)
 
 
-class HttpChatModel:
+class HttpChatModel(ChatBackend):
     """What the HTTP backends (`ollama`, `openai_compat`) share: one request, one reply. A backend says how
     to build the request (`_request`), read a whole reply (`_reply`) and read a streamed one (`_events`)."""
 
@@ -212,33 +250,16 @@ class HttpChatModel:
     def __repr__(self) -> str:  # never shows the key
         return f"{type(self).__name__}(base_url={self._http.shown!r}, model={self.model!r})"
 
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        json_schema: dict | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> ChatReply:
-        path, payload = self._request(ChatCall(messages, tools, json_schema, max_tokens, temperature))
+    def _answer(self, call: ChatCall) -> ChatReply:
+        path, payload = self._request(call)
         body = self._http.post(path, payload)
         if not isinstance(body, dict):
             raise self._http.error(f"{path} answered {type(body).__name__}, expected an object")
         return self._reply(body, path)
 
-    def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        tools: Sequence[ToolSpec] = (),
-    ) -> ChatStream:
-        """Text deltas; `tools` (an extension of the protocol) lets the reply carry tool calls too, assembled
-        into `ChatStream.reply.tool_calls`."""
-        path, payload = self._request(ChatCall(messages, tools, None, max_tokens, temperature, stream=True))
-        return ChatStream(self._events(path, payload))
+    def _stream(self, call: ChatCall) -> Generator[str, None, ChatReply]:
+        path, payload = self._request(call)  # here, so a request that cannot be built fails `stream()` itself
+        return self._events(path, payload)
 
     def close(self) -> None:
         self._http.close()

@@ -20,20 +20,20 @@ import os
 import re
 import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from funnel.generate.base import CONTEXT_WINDOW, LLM_TIMEOUT_S
 from funnel.errors import BackendUnavailable, UpstreamError, UpstreamTimeout, missing_dependency
-from funnel.generate.chat import ChatCall, ChatMessage, ChatReply, ChatStream, ToolCall, ToolSpec, parse_arguments
+from funnel.generate.chat import ChatBackend, ChatCall, ChatMessage, ChatReply, ToolCall, parse_arguments
 from funnel.generate.gguf_parts import checked, default_path
 
 STAGE = "llm"
 QUEUE_S = 30.0  # how long a request waits for the model another request holds
 
 
-class LocalChat:
-    """The ChatModel protocol over llama.cpp in process."""
+class LocalChat(ChatBackend):
+    """The ChatModel protocol over llama.cpp in process (a `ChatBackend`: the calls it answers are streamed)."""
 
     def __init__(
         self,
@@ -64,29 +64,6 @@ class LocalChat:
     def count_tokens(self, text: str) -> int:
         return len(self._model().tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        json_schema: dict | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> ChatReply:
-        return self.stream(messages, max_tokens=max_tokens, temperature=temperature, tools=tools,
-                           json_schema=json_schema).finish()
-
-    def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        tools: Sequence[ToolSpec] = (),
-        json_schema: dict | None = None,
-    ) -> ChatStream:
-        return ChatStream(self._events(messages, max_tokens, temperature, tools, json_schema))
-
     # --- internals -----------------------------------------------------------------------------------
 
     def _model(self):
@@ -106,29 +83,27 @@ class LocalChat:
                     raise BackendUnavailable(f"llama.cpp could not load {path}: {e}") from None
         return self._llama
 
-    def _events(
-        self, messages: Sequence[ChatMessage], max_tokens: int | None, temperature: float,
-        tools: Sequence[ToolSpec], json_schema: dict | None,
-    ) -> Generator[str, None, ChatReply]:
+    def _stream(self, call: ChatCall) -> Generator[str, None, ChatReply]:
         llama = self._model()
         if not self._busy.acquire(timeout=self.queue_s):
             raise UpstreamTimeout(STAGE, f"the local model was busy with another answer for {self.queue_s:g} s")
         try:
-            return (yield from self._generate(llama, messages, max_tokens, temperature, tools, json_schema))
+            return (yield from self._generate(llama, call))
         finally:
             self._busy.release()
 
-    def _generate(self, llama, messages, max_tokens, temperature, tools, json_schema) -> Generator[str, None, ChatReply]:
+    def _generate(self, llama, call: ChatCall) -> Generator[str, None, ChatReply]:
         options: dict = {}
-        if tools:
-            options["tools"] = ChatCall(messages, tools).function_tools()
-        if json_schema is not None:
-            options["response_format"] = {"type": "json_object", "schema": json_schema}
+        if call.tools:
+            options["tools"] = call.function_tools()
+        if call.json_schema is not None:
+            options["response_format"] = {"type": "json_object", "schema": call.json_schema}
         started = time.perf_counter()
-        prompt = [_message(m) for m in messages]
+        prompt = [_message(m) for m in call.messages]
         try:
             chunks: Iterator[dict] = llama.create_chat_completion(
-                messages=prompt, max_tokens=max_tokens, temperature=temperature, stream=True, **options)
+                messages=prompt, max_tokens=call.max_tokens, temperature=call.temperature, stream=True,
+                **options)
         except ValueError as e:  # "Requested tokens (N) exceed context window of M"
             raise UpstreamError(STAGE, f"the prompt does not fit the local model: {e}") from None
         parts: list[str] = []
@@ -151,7 +126,7 @@ class LocalChat:
             if close is not None:
                 close()
         ended = time.perf_counter()
-        text, calls = tool_calls("".join(parts)) if tools else ("".join(parts), ())
+        text, calls = tool_calls("".join(parts)) if call.tools else ("".join(parts), ())
         prompt_tokens = getattr(llama, "n_tokens", None)
         answer_tokens = self._count(llama, "".join(parts))
         self.last_stats = {

@@ -43,31 +43,25 @@ MAX_QUESTION_CHARS = 600  # of the question as the model sees it (the search alr
 _REFUSAL = NOT_IN_DOCUMENTS.lower().rstrip(".")
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class ReaderGenerator:
     """The Generator protocol: the model reads, the picker stands in (see the module)."""
 
-    def __init__(
-        self,
-        chat: ChatModel,
-        picker: ExtractiveGenerator,
-        *,
-        passages: int = 3,
-        passage_chars: int = 900,
-        max_answer_tokens: int = 160,
-        refusal: str = "picker",
-    ):
-        self.chat = chat
-        self.picker = picker
-        self.passages = passages
-        self.passage_chars = passage_chars
-        self.max_answer_tokens = max_answer_tokens
-        self.refusal = refusal
-        self.name = f"reader ({chat.name})"
+    chat: ChatModel
+    picker: ExtractiveGenerator
+    _: dataclasses.KW_ONLY
+    passages: int = 3
+    passage_chars: int = 900
+    max_answer_tokens: int = 160
+    refusal: str = "picker"  # when the model finds no answer: the picker's answer stands, or "abstain"
+
+    @property
+    def name(self) -> str:
+        return f"reader ({self.chat.name})"
 
     def borderline(self, evidence) -> ReaderGenerator:
         """This reader for a question the gate found borderline: when the model finds no answer, it abstains."""
-        return ReaderGenerator(self.chat, self.picker, passages=self.passages, passage_chars=self.passage_chars,
-                               max_answer_tokens=self.max_answer_tokens, refusal="abstain")
+        return dataclasses.replace(self, refusal="abstain")
 
     def warm_up(self) -> None:
         warm = getattr(self.chat, "warm_up", None)

@@ -4,14 +4,14 @@ Folders are walked the way a developer expects a repository tool to behave: `.gi
 honoured, dependency and build folders are skipped, binaries and huge files are left out. Everything
 that is skipped for a reason the user may care about comes back as an `IngestError`, never an exception.
 A folder walk stays inside the folder the user named: a symlink to a folder or file elsewhere is not
-followed (naming the target itself ingests it).
+followed (naming the target itself ingests it). What is ignored by name (`.gitignore`, dependency and build
+folders) is `ignore.py`'s to say.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,23 +19,13 @@ from pathlib import Path
 import pathspec
 
 from funnel.errors import IngestError
+from funnel.ingest.ignore import SKIP_DIRS, Ignores, ignored, inherited_ignores, load_gitignore
 from funnel.ingest.loaders import (
     LOADERS, SNIFF_BYTES, Loader, SizeLimit, by_name, classify, find, looks_binary, one_of,
 )
 from funnel.types import Kind
 
-__all__ = ["BINARY_EXTENSIONS", "DiscoveryResult", "FileLimits", "IgnoreRules", "SourceFile", "classify",
-           "discover"]
-
-# Folders that hold dependencies, caches or build output: never the user's own sources.
-SKIP_DIRS = frozenset(
-    {
-        ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", ".venv", "venv",
-        "__pycache__", "site-packages", "dist", "build", ".tox", ".nox", ".mypy_cache",
-        ".pytest_cache", ".ruff_cache", ".cache", ".eggs", ".idea", ".vscode", "target",
-        ".gradle", ".next", ".nuxt", "coverage", "htmlcov", ".terraform", ".ipynb_checkpoints",
-    }
-)
+__all__ = ["BINARY_EXTENSIONS", "DiscoveryResult", "FileLimits", "SourceFile", "classify", "discover"]
 
 # Binary by convention: a change to one matters only when a loader takes its name (a Word loader: .docx).
 BINARY_EXTENSIONS = frozenset(
@@ -207,7 +197,7 @@ class _Walker:
         self._consider(path, report_as=given, explicit=True)
 
     def walk_root(self, root: Path) -> None:
-        self._walk(root, self._inherited_ignores(root), root)
+        self._walk(root, inherited_ignores(root, self._gitignore), root)
 
     def _cannot(self, path: Path, what: str, error: OSError) -> None:
         """Report what the walk could not look into; unless it is gone, what was stored there may live on."""
@@ -215,7 +205,7 @@ class _Walker:
         if not isinstance(error, FileNotFoundError):
             self.unlisted.append(_best_resolved(path))
 
-    def _walk(self, folder: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], root: Path) -> None:
+    def _walk(self, folder: Path, ignores: Ignores, root: Path) -> None:
         try:
             real = _resolve(folder)
             if real in self._seen_dirs:  # a symlink loop, or the same folder named twice
@@ -240,7 +230,7 @@ class _Walker:
                 self._cannot(path, "cannot read", e)
                 continue
             if is_dir:
-                if entry.name in SKIP_DIRS or _ignored(path, ignores, is_dir=True):
+                if entry.name in SKIP_DIRS or ignored(path, ignores, is_dir=True):
                     continue
                 if target is not None and not target.is_relative_to(root):
                     # `ln -s .. docs/up` would otherwise pull the whole parent tree into the index.
@@ -248,7 +238,7 @@ class _Walker:
                     self.problems.append(IngestError(str(path), reason))
                     continue
                 self._walk(path, ignores, root)
-            elif is_file and not _ignored(path, ignores, is_dir=False):
+            elif is_file and not ignored(path, ignores, is_dir=False):
                 if target is not None and not target.is_relative_to(root):
                     # Its text would enter the index (and a triage repository's) from outside the folder.
                     reason = f"symlink to a file outside {root}, not followed (name it to ingest it)"
@@ -304,93 +294,8 @@ class _Walker:
 
     def _gitignore(self, folder: Path) -> pathspec.GitIgnoreSpec | None:
         try:
-            return _load_gitignore(folder)
+            return load_gitignore(folder)
         except OSError as e:
             # Walking on without its rules may index what it hides; the user should know why.
             self.problems.append(IngestError(str(folder / ".gitignore"), f"cannot read ({_os_reason(e)})"))
             return None
-
-    def _inherited_ignores(self, root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
-        """The `.gitignore` files above `root` up to its repository's top, outermost first.
-
-        Ingesting `repo/src` should ignore what `repo/.gitignore` ignores, as git itself would. But a folder
-        the user named is never ignored by what lies above it: when those rules ignore the folder itself or
-        a folder on the way to it (`.*` in a dotfiles repository, and `~/.local/share/docs` is named), the
-        user has overruled them, and only the `.gitignore` files at or below the folder count.
-        """
-        if _exists(root / ".git"):
-            return []
-        ancestors: list[Path] = []
-        for parent in root.parents:
-            ancestors.append(parent)
-            if _exists(parent / ".git"):
-                break
-        else:
-            return []  # not inside a repository: only ignore files at or below the root count
-        specs = []
-        for folder in reversed(ancestors):
-            spec = self._gitignore(folder)
-            if spec is not None:
-                specs.append((folder, spec))
-        on_the_way = [root, *root.parents[: len(ancestors) - 1]]
-        if any(_ignored(d, [(f, s) for f, s in specs if d.is_relative_to(f) and d != f], is_dir=True)
-               for d in on_the_way):
-            return []
-        return specs
-
-
-def _load_gitignore(folder: Path) -> pathspec.GitIgnoreSpec | None:
-    """The folder's ignore rules; None without a `.gitignore`. OSError when it exists but cannot be read."""
-    gitignore = folder / ".gitignore"
-    try:
-        if not stat.S_ISREG(gitignore.stat().st_mode):  # reading a FIFO would block
-            return None
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    text = gitignore.read_text(encoding="utf-8", errors="replace")
-    return pathspec.GitIgnoreSpec.from_lines(text.splitlines())
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except OSError:
-        return False
-
-
-def _ignored(path: Path, ignores: list[tuple[Path, pathspec.GitIgnoreSpec]], is_dir: bool) -> bool:
-    # The deepest .gitignore with an opinion wins, so a nested "!keep.log" re-includes a file.
-    for base, spec in reversed(ignores):
-        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
-        verdict = spec.check_file(rel).include
-        if verdict is not None:
-            return verdict
-    return False
-
-
-class IgnoreRules:
-    """The walk's rules asked about one path at a time (the folder watcher filters changed paths with them):
-    whether a walk of `root` leaves `path` out by its name alone, for a dependency or build folder on the way
-    or a `.gitignore` rule (those above `root` too). The `.gitignore` files read are cached: make a new
-    instance when they may have changed."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self._walker = _Walker(FileLimits())
-        self._inherited = self._walker._inherited_ignores(root)
-        self._specs: dict[Path, pathspec.GitIgnoreSpec | None] = {}
-
-    def ignored(self, path: Path) -> bool:
-        parts = path.relative_to(self.root).parts
-        ignores, folder = list(self._inherited), self.root
-        for i, part in enumerate(parts):
-            if folder not in self._specs:
-                self._specs[folder] = self._walker._gitignore(folder)
-            if self._specs[folder] is not None:
-                ignores.append((folder, self._specs[folder]))
-            child = folder / part
-            is_dir = i < len(parts) - 1 or child.is_dir()
-            if (is_dir and part in SKIP_DIRS) or _ignored(child, ignores, is_dir=is_dir):
-                return True
-            folder = child
-        return False

@@ -29,7 +29,9 @@ from pydantic import BaseModel, Field
 import funnel
 from funnel.apps.factory import build_pipeline
 from funnel.apps.settings import Settings
-from funnel.apps.triage.schema import ErrorReport, TriageResult
+from funnel.apps.state.incident_schema import ErrorReport, TriageResult
+from funnel.config import request_bounds
+from funnel.engine_config import GroupingConfig
 from funnel.errors import ConfigError, FunnelError, NotFound
 from funnel.index import location_label, open_store
 from funnel.index.scope import document_filter
@@ -51,8 +53,9 @@ INSTRUCTIONS = (
 CollectionArg = Annotated[
     str | None, Field(description="a name from list_collections; omit for the configured index ('default')")
 ]
-KArg = Annotated[
-    int | None, Field(ge=1, le=50, description="documents to return (default: the configured k)")
+KArg = Annotated[  # the range the HTTP API's k has too: GroupingConfig.k's, with a request's ceiling
+    int | None, Field(**request_bounds(GroupingConfig, "k"), description="documents to return (default: the "
+                      "configured k)")
 ]
 PolicyArg = Annotated[
     str | None, Field(description=f"{PolicyChoice.forms()} (default: as configured)")

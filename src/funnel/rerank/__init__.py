@@ -18,13 +18,14 @@ HTTP_APIS = ("ollama", "cohere", "tei", "infinity")  # funnel.rerank.http.Rerank
 
 # `max_length` (the rerank_max_tokens setting): the longest pair a local cross-encoder scores; None: the
 # backend's default (ONNX: onnx_cross_encoder.RERANK_MAX_TOKENS, or the model's own when shorter; st: 256).
+# `reranker_dir` (the models.reranker_dir setting, given only when set): the built-in model's folder.
 
 
 @REGISTRY.register("builtin")
-def _builtin(_: str, *, max_length: int | None = None, **__):
+def _builtin(_: str, *, max_length: int | None = None, reranker_dir: str | None = None, **__):
     from funnel.rerank.onnx_cross_encoder import OnnxCrossEncoder, builtin_model_dir
 
-    return OnnxCrossEncoder(builtin_model_dir(), max_length=max_length)
+    return OnnxCrossEncoder(builtin_model_dir(reranker_dir), max_length=max_length)
 
 
 @REGISTRY.register("onnx:DIR")

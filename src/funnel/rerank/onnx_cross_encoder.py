@@ -13,7 +13,6 @@ Scores are sigmoid(logit), in 0-1; the logits are returned as `raw_scores`.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +27,19 @@ BUILTIN_NAME = "funnel-reranker-minilm"
 # The longest pair scored unless a max_length is given (the model's own when that is shorter): the tail of a
 # long passage cut, for about a third less work per pair (see policies.RERANK_DEPTH for the measurements).
 RERANK_MAX_TOKENS = 192
-BUILTIN_DIR_ENV = "FUNNEL_RERANKER_DIR"
+BUILTIN_DIR_SETTING = "models.reranker_dir"  # ModelsConfig.reranker_dir, named in messages
 # Package data beside this module, so a plain `pip install funnel` has the default reranker too.
 _PACKAGED_MODELS = Path(__file__).resolve().parent / "models"
 
 
-def builtin_model_dir() -> Path:
-    """The directory of funnel's built-in reranker: $FUNNEL_RERANKER_DIR, else the packaged one."""
-    env = os.environ.get(BUILTIN_DIR_ENV)
-    target = Path(env).expanduser() if env else _PACKAGED_MODELS / BUILTIN_NAME
+def builtin_model_dir(model_dir: str | Path | None = None) -> Path:
+    """The directory of funnel's built-in reranker: `model_dir` (the `models.reranker_dir` setting), else the
+    packaged one."""
+    target = Path(model_dir).expanduser() if model_dir else _PACKAGED_MODELS / BUILTIN_NAME
     if not (target / layout.META_FILE).is_file():
         raise BackendUnavailable(
             f"the built-in reranker model is missing: no {layout.META_FILE} in {target}; rebuild it with "
-            f"`make reranker` (tools/train_reranker.py) or point {BUILTIN_DIR_ENV} at a model directory"
+            f"`make reranker` (tools/train_reranker.py) or point {BUILTIN_DIR_SETTING} at a model directory"
         )
     return target
 
@@ -100,8 +99,9 @@ class OnnxCrossEncoder(OnnxModel):
         self._start_loading()  # the tokenizer truncates the passage only; the counter never truncates
 
     @classmethod
-    def builtin(cls, quantized: bool = True, threads: int | None = None) -> OnnxCrossEncoder:
-        return cls(builtin_model_dir(), quantized=quantized, threads=threads)
+    def builtin(cls, quantized: bool = True, threads: int | None = None,
+                model_dir: str | Path | None = None) -> OnnxCrossEncoder:
+        return cls(builtin_model_dir(model_dir), quantized=quantized, threads=threads)
 
     WHAT = "the ONNX cross-encoder"
 

@@ -43,7 +43,7 @@ from funnel.apps.api.limits import AuthGuard, KeyLimits
 from funnel.apps.api.library import LazyEmbedder, Services, open_database, open_library
 from funnel.apps.api.middleware import BodyLimit, RequestMetrics, SecurityHeaders
 from funnel.apps.api.rewrite import QueryRewriter
-from funnel.apps.api.watched import WatchedFolders
+from funnel.apps.api.watched_folders import WatchedFolders
 from funnel.apps.factory import build_chat, build_generator, reranker_from_settings
 from funnel.apps.settings import Settings
 from funnel.apps.state.audit import open_audit
@@ -121,8 +121,9 @@ def create_app(settings: Settings, reranker: Reranker | None = None, triage=None
 
 def services_for(settings: Settings, reranker: Reranker | None, chat) -> Services:
     """What every collection's pipeline shares (the embedder loads on first use)."""
-    embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads))
     engine = settings.engine()
+    models = engine.models
+    embedder = LazyEmbedder(lambda: load_embedder(settings.embedder or DEFAULT, settings.threads, models))
     return Services(
         embedder=embedder, reranker=reranker, generator=build_generator(chat, embedder, engine.llm),
         config=engine, max_upload_bytes=settings.serve.max_upload_mb * 2**20,

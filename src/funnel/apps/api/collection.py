@@ -22,15 +22,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from funnel.apps.api.calibration import for_the_service, needs_calibration, page_status
-from funnel.apps.api.errors import Conflict
 from funnel.apps.api.scope import document_scope
-from funnel.apps.api.uploads import Upload, check
+from funnel.apps.api.uploads import check
 from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.state.files import Upload
 from funnel.apps.state.home import Place
-from funnel.apps.state.jobs import Job, Lease, Permanent, Queue
+from funnel.apps.state.jobs import Job
+from funnel.apps.state.jobs_workers import Lease, Permanent, Queue
 from funnel.apps.state.replica import ReplicaReads, on_primary
 from funnel.embed.base import Embedder
-from funnel.errors import Cancelled, FunnelError, IngestError, NotFound
+from funnel.errors import Cancelled, Conflict, FunnelError, IngestError, NotFound
 from funnel.generate.base import Generator
 from funnel.index.base import Filter
 from funnel.ingest import SourceFile, load

@@ -43,7 +43,8 @@ from funnel.apps.api.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from funnel.apps.api.uploads import BY_SUFFIX, MEDIA_TYPES, Upload
+from funnel.apps.api.uploads import BY_SUFFIX, MEDIA_TYPES
+from funnel.apps.state.files import Upload
 from funnel.errors import StoreError
 
 log = logging.getLogger("funnel.api")

@@ -21,7 +21,8 @@ from pydantic import AfterValidator, BaseModel, Field
 from funnel.apps.api.collections import CollectionDep
 from funnel.apps.api.rewrite import CONVERSATION_ID
 from funnel.apps.api.schemas import _not_blank
-from funnel.apps.state.conversations import MAX_PAGE, Conversation, Conversations, ConversationSummary, Turn
+from funnel.apps.state.conversations import (MAX_PAGE, CitedPassage, Conversation, Conversations,
+                                             ConversationSummary, Turn)
 from funnel.errors import NotFound
 
 router = APIRouter(prefix="/v1/collections", tags=["conversations"])
@@ -43,27 +44,17 @@ class ConversationOut(BaseModel):
         return cls(id=s.id, title=s.title, created_at=s.created_at, updated_at=s.updated_at, turns=s.turns)
 
 
-class CitedOut(BaseModel):
-    number: int
-    chunk_id: str
-    document_id: str
-    path: str
-    title: str
-    location: str
-    page: int | None
-    text: str = Field(description="the cited passage, its first 500 characters")
-
-
 class TurnOut(BaseModel):
     question: str
     search_query: str
     answer: str
-    citations: list[CitedOut]
+    citations: list[CitedPassage] = Field(description="each citation as remembered: its passage's first 500 "
+                                                       "characters (the stored record, served as it is)")
 
     @classmethod
     def of(cls, t: Turn) -> TurnOut:
         return cls(question=t.question, search_query=t.search_query, answer=t.answer,
-                   citations=[CitedOut(**c.to_json()) for c in t.citations])
+                   citations=list(t.citations))
 
 
 class ConversationDetail(ConversationOut):

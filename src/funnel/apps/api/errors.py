@@ -1,9 +1,10 @@
 """Errors are converted once, here: every `FunnelError` becomes a status code and a one-line `detail`.
 
-The HTTP-only kinds of failure (too large, wrong media type, a conflict with the server's state, a missing
-API key) are `FunnelError`s too, so they travel the same one road to the client. Request validation
-answers 422 with {loc, msg, type} per problem and never echoes the offending input back; anything
-unexpected is a 500 with a generic message (the traceback goes to the server's log, never to the client).
+The HTTP-only kinds of failure (too large, wrong media type, a missing API key) are `FunnelError`s too, so
+they travel the same one road to the client; so is the core's `Conflict` with the state a request finds
+(409). Request validation answers 422 with {loc, msg, type} per problem and never echoes the offending input
+back; anything unexpected is a 500 with a generic message (the traceback goes to the server's log, never to
+the client).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from funnel.errors import (
     BackendUnavailable,
     ConfigError,
+    Conflict,
     FunnelError,
     IngestError,
     NotFound,
@@ -35,10 +37,6 @@ class TooLarge(FunnelError):
 
 class UnsupportedType(FunnelError):
     """An upload whose type funnel does not ingest (by extension or by content)."""
-
-
-class Conflict(FunnelError):
-    """The request does not fit the server's state: the collection exists, or has nothing indexed yet."""
 
 
 class Unauthorized(FunnelError):

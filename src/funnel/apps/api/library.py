@@ -19,13 +19,13 @@ from funnel.apps.api.calibration import calibration_summary
 from funnel.apps.api.collection import (
     CALIBRATE, CHANGES, DROP, DROP_WAIT_S, INGEST, SYNC, Collection, Services, one_line,
 )
-from funnel.apps.api.errors import Conflict
 from funnel.apps.api.watched import WatchedCollection
 from funnel.apps.state.home import NAME, Home, check_name, open_home
-from funnel.apps.state.jobs import LEASE_S, EmbeddedJobs, Job, Jobs, Lease, Permanent, Queue, Workers
+from funnel.apps.state.jobs import LEASE_S, EmbeddedJobs, Job, Jobs
+from funnel.apps.state.jobs_workers import Lease, Permanent, Queue, Workers
 from funnel.apps.state.jobs_pg import open_jobs
 from funnel.embed.base import Embedder
-from funnel.errors import ConfigError, NotFound
+from funnel.errors import ConfigError, Conflict, NotFound
 
 __all__ = [
     "Collection", "LazyEmbedder", "Library", "Services", "calibration_summary", "check_name", "one_line",

@@ -8,12 +8,15 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field
 
 from funnel.apps.state.documents import DocumentRecord
+from funnel.config import request_bounds
+from funnel.engine_config import GroupingConfig
 from funnel.rerank.policies import PolicyChoice
 from funnel.retrieve.first_stage import Retrieval
 from funnel.types import Answer, Chunk, Citation, DocumentHit, Hit, SearchResult
 
 MAX_QUESTION_CHARS = 8000  # the pipeline cuts the query at 4000 and says so in `notes`
-MAX_K = 100
+# A request's k: GroupingConfig.k's range, with the lower ceiling a request over the network gets.
+K_BOUNDS = request_bounds(GroupingConfig, "k")
 
 
 def _not_blank(value: str) -> str:
@@ -105,7 +108,7 @@ class ChunkOut(ChunkPlace):
 
 class SearchRequest(BaseModel):
     query: Text
-    k: int | None = Field(None, ge=1, le=MAX_K, description="documents returned (default: the server's k)")
+    k: int | None = Field(None, **K_BOUNDS, description="documents returned (default: the server's k)")
     policy: str | None = Field(None, description=PolicyChoice.forms())
     explain: bool = Field(False, description="also list every candidate with its rank at every stage")
     documents: list[str] | None = Field(
@@ -185,7 +188,7 @@ class SearchResponse(BaseModel):
 
 class AskRequest(BaseModel):
     question: Text
-    k: int | None = Field(None, ge=1, le=MAX_K)
+    k: int | None = Field(None, **K_BOUNDS)
     policy: str | None = Field(None, description=PolicyChoice.forms())
     conversation_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_-]{1,64}$",

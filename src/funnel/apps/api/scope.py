@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from funnel.apps.api.errors import Conflict
 from funnel.apps.state.documents import DocumentRecord, DocumentStatus
-from funnel.errors import NotFound
+from funnel.errors import Conflict, NotFound
 from funnel.index.base import Filter
 from funnel.index.scope import unknown_documents
 

@@ -2,19 +2,18 @@
 content, within the size limit, under a name that cannot leave the uploads folder.
 
 The checks run on every file of a request before any is saved, so a request is taken whole or not at all.
+An `Upload` and where it is kept once it passed (a folder, or rows of the service database):
+`funnel.apps.state.files`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from funnel.apps.api.errors import Conflict, TooLarge, UnsupportedType
+from funnel.apps.api.errors import TooLarge, UnsupportedType
+from funnel.apps.state.files import Upload
 from funnel.errors import IngestError
 from funnel.ingest.loaders import SNIFF_BYTES, UPLOADABLE, Loader, find, looks_binary, one_of
 from funnel.ingest.split import Cut, cut_at
@@ -37,15 +36,6 @@ _WINDOWS_RESERVED = frozenset(
     {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
     | {f"{port}{n}" for port in ("COM", "LPT") for n in [*"123456789", "\u00b9", "\u00b2", "\u00b3"]}
 )
-
-
-@dataclass(frozen=True)
-class Upload:
-    """One file of a request, as the web framework spooled it."""
-
-    filename: str
-    file: BinaryIO
-    size: int
 
 
 def safe_filename(name: str) -> str:
@@ -131,31 +121,3 @@ def check(upload: Upload, max_bytes: int) -> tuple[str, Kind]:
             raise IngestError(name, "not a text file (binary content)")
         decode_text(head, name)  # IngestError when the bytes do not read as text in any encoding
     return name, loader.kind
-
-
-def save(upload: Upload, folder: Path, name: str, taken: set[str]) -> tuple[str, str]:
-    """Copy the upload into `folder` under `name`, or `name (2)`, `name (3)`, ... when taken (by a record or
-    a file on disk). Returns the name used and the content's SHA-256. The name is claimed with O_EXCL, so
-    two requests can never write the same file."""
-    stem, suffix = os.path.splitext(name)
-    for n in range(1, 10_000):
-        candidate = name if n == 1 else f"{stem} ({n}){suffix}"
-        if candidate in taken:
-            continue
-        try:
-            fd = os.open(folder / candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue
-        digest = hashlib.sha256()
-        try:
-            with os.fdopen(fd, "wb") as out:
-                upload.file.seek(0)
-                while block := upload.file.read(1 << 20):
-                    digest.update(block)
-                    out.write(block)
-        except BaseException:
-            (folder / candidate).unlink(missing_ok=True)
-            raise
-        return candidate, digest.hexdigest()
-    raise Conflict(f"too many files named like {name}; rename it")
-

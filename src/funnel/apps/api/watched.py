@@ -7,9 +7,9 @@ collection's own worker, so a collection still has one writer at a time. Uploads
 deleting the collection while it is watched are refused with 409: uploads and a folder never mix in one
 index. Restarted without --watch, the collection stays searchable as last synced (and may be deleted).
 
-`WatchedFolders` starts one watcher thread per folder in the app's lifespan and stops them at shutdown (a
-running sync is cancelled and rolls back). Each collection's `watch` status (in the collections list and
-/health) says when it last synced, what changed and the last error.
+`watch_specs` checks the folders `--watch` names; `WatchedFolders` (`watched_folders.py`) runs their watcher
+threads. Each collection's `watch` status (in the collections list and /health) says when it last synced,
+what changed and the last error.
 """
 
 from __future__ import annotations
@@ -18,25 +18,20 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from funnel.apps.api.collection import SYNC, Collection, Services, one_line
-from funnel.apps.api.errors import Conflict
-from funnel.apps.api.uploads import MEDIA_TYPES, Upload
+from funnel.apps.api.uploads import MEDIA_TYPES
 from funnel.apps.state.documents import DocumentRecord, DocumentStatus, utc_now
+from funnel.apps.state.files import Upload
 from funnel.apps.state.home import Place, check_name
-from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
-from funnel.apps.watch import FolderWatcher, WatchStatus, describe, folder_name
-from funnel.errors import Cancelled, ConfigError, IngestError, NotFound
+from funnel.apps.state.jobs import Job, JobState
+from funnel.apps.state.jobs_workers import Lease, Permanent, Queue
+from funnel.apps.watch import WatchStatus, describe, folder_name
+from funnel.errors import Cancelled, ConfigError, Conflict, IngestError, NotFound
 from funnel.ingest.walk import classify
 from funnel.types import Chunk, SearchResult
 
-if TYPE_CHECKING:  # the library opens watched collections: it imports this module
-    from funnel.apps.api.library import Library
-
 log = logging.getLogger("funnel.api.watch")
-
-STOP_WAIT_S = 30.0  # at shutdown, how long a cancelled sync may take to roll back
 
 
 class WatchedCollection(Collection):
@@ -174,51 +169,3 @@ def watch_specs(folders: list[Path], name: str | None) -> list[WatchSpec]:
         raise ConfigError(f"two watched folders would share a collection name ({', '.join(names)}); "
                           "watch them one server at a time with --watch-collection")
     return specs
-
-
-class WatchedFolders:
-    """The watcher threads of `funnel serve --watch`: started by the app's lifespan, stopped at shutdown."""
-
-    def __init__(self, library: Library, specs: list[WatchSpec], ignore: list[Path]):
-        self.library = library
-        self.specs = specs
-        self.ignore = ignore  # the data directory: the collections' own writes never start a sync
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.collections: list[WatchedCollection] = []
-        for spec in specs:
-            library.check_watch(spec.name, spec.folder)
-
-    def start(self) -> None:
-        for spec in self.specs:
-            collection = self.library.watch(spec.name, spec.folder)
-            assert isinstance(collection, WatchedCollection)
-            collection.status.watching = True
-            self.collections.append(collection)
-            watcher = FolderWatcher([spec.folder], lambda c=collection: c.sync(self.stop), ignore=self.ignore,
-                                    stop=self.stop, told=collection.failed)
-            thread = threading.Thread(
-                target=self._run, args=(watcher, collection), name=f"funnel-watch-{spec.name}", daemon=True
-            )
-            thread.start()
-            self.threads.append(thread)
-
-    def _run(self, watcher: FolderWatcher, collection: WatchedCollection) -> None:
-        try:
-            watcher.run()
-        except Cancelled:
-            pass  # the server is stopping; the sync rolled back
-        except Exception as e:  # the watcher itself broke: say so in the status, keep serving
-            log.warning("watching %s stopped", collection.folder, exc_info=True)
-            collection.failed(e)
-        finally:
-            collection.status.watching = False
-
-    def statuses(self) -> dict[str, dict]:
-        """Each watched collection's status, for /health."""
-        return {c.name: c.status.to_json() for c in self.collections}
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(STOP_WAIT_S)

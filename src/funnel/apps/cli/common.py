@@ -17,6 +17,8 @@ from rich.text import Text
 
 from funnel import embed, generate, rerank
 from funnel.apps.settings import load_settings
+from funnel.config import bounds, range_text
+from funnel.engine_config import GroupingConfig
 from funnel.errors import FunnelError
 from funnel.rerank.policies import PolicyChoice
 from funnel.retrieve.first_stage import Retrieval
@@ -37,7 +39,10 @@ IndexOpt = Annotated[
     Optional[str], typer.Option("--index", help="index directory or postgresql:// URL \\[env FUNNEL_INDEX]")
 ]
 EmbedderOpt = Annotated[Optional[str], typer.Option(help=embed.REGISTRY.help())]
-KOpt = Annotated[Optional[int], typer.Option("--k", "-k", help="documents to return")]
+# The range is checked once, by the settings (GroupingConfig.k's): a flag out of it is one line, as a bad
+# funnel.toml value is.
+KOpt = Annotated[Optional[int], typer.Option(
+    "--k", "-k", help=f"documents to return, {range_text(bounds(GroupingConfig, 'k'))}")]
 PolicyOpt = Annotated[Optional[str], typer.Option(help=PolicyChoice.forms())]
 RetrievalOpt = Annotated[Optional[str], typer.Option(help=Retrieval.help())]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -128,7 +133,9 @@ class StopOnce:
 
 def settings_from(**flags):
     """Settings from the command's flags over the environment and funnel.toml (a bad one: FunnelError, which
-    `run()` turns into one line and exit 2)."""
+    `run()` turns into one line and exit 2). A flag is named by its flat name (`reranker`, `data_dir`,
+    `database`: `funnel.apps.settings.FLAT_NAMES`), which puts it in its section's key (rerank.backend,
+    serve.data_dir, database.url); only funnel.toml and the environment call the flat names deprecated."""
     return load_settings(**flags)
 
 

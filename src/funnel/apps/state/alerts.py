@@ -1,5 +1,6 @@
 """What `SlackNotifier` remembers between messages: per fingerprint, the de-duplication window and the
-occurrences not reported yet; for the rate limit, when the last minute's messages went out.
+occurrences not reported yet; for the rate limit, when the last minute's messages went out. And what became
+of a message (`Delivery`: sent, deduplicated, rate limited, failed), which the incident store records.
 
 The rules are the functions `admit`, `settle` and `take_slot` over plain records, so both places the state
 lives apply the same ones: `EmbeddedAlertState` keeps it in this process (one `funnel serve` or CLI run),
@@ -23,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from funnel.apps.state.db import Database
@@ -71,6 +73,29 @@ class RateLimited:
 
 
 Admission = Reservation | Deduplicated | RateLimited
+
+
+class DeliveryStatus(StrEnum):
+    SENT = "sent"
+    DEDUPLICATED = "deduplicated"  # a message for this fingerprint went out within the window
+    RATE_LIMITED = "rate_limited"  # over `rate_per_minute`: dropped, not queued
+    FAILED = "failed"  # Slack refused it, or kept failing through every retry
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one `notify` call.
+
+    `attempts` counts HTTP requests (0 when nothing was posted). `count` is the number of occurrences the
+    delivery stands for: for `sent`/`failed`/`rate_limited` the occurrences the message reports (this one
+    plus those not reported yet); for `deduplicated` the occurrences so far in the open window, the sent one
+    included. `detail` is one line for logs and the incident store, never the webhook URL.
+    """
+
+    status: DeliveryStatus
+    attempts: int
+    detail: str
+    count: int
 
 
 class AlertState(Protocol):

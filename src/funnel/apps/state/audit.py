@@ -12,7 +12,8 @@ Append-only from the service's side: rows are only ever inserted and read. This 
 that changes or removes a row, and tests/test_audit.py reads this file to keep it so. The log grows by one
 short row per write; an operator who needs to trim it does so with the database's own tools.
 
-Where: `EmbeddedAudit` in `DATA_DIR/audit.sqlite` (WAL; each call its own short connection);
+Where: `EmbeddedAudit` in `DATA_DIR/audit.sqlite` (`funnel.apps.state.sqlite`: WAL, each call its own
+short connection);
 `PostgresAudit` in the service's PostgreSQL (`funnel_audit`), shared by every process. `open_audit`
 chooses. Every failure is a one-line StoreError (503 on the API). `check()` says whether an append would
 be taken now, without adding anything: the API asks it before a write runs (`funnel.apps.api.audit`).
@@ -21,17 +22,15 @@ be taken now, without adding anything: the API asks it before a write runs (`fun
 from __future__ import annotations
 
 import math
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Protocol
 
 from funnel.apps.state.db import Database
-from funnel.apps.state.tables import ComponentTables
+from funnel.apps.state.sqlite import InFile, SqliteFile, in_data_dir
+from funnel.apps.state.tables import InDatabase
 from funnel.errors import ConfigError, StoreError
 
 FILE_NAME = "audit.sqlite"
@@ -40,13 +39,12 @@ MAX_LIMIT = 10_000
 MAX_FIELD_CHARS = 2000
 COLUMNS = "id, ts, who, action, route, collection, target, client, status"
 _INSERTED = "ts, who, action, route, collection, target, client, status"
-SQLITE_VERSION = 1
-SQLITE_V1 = (
+SQLITE_STEPS = ((  # version 1
     """CREATE TABLE funnel_audit (
         id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, who TEXT NOT NULL, action TEXT NOT NULL,
         route TEXT NOT NULL, collection TEXT, target TEXT, client TEXT NOT NULL, status INTEGER NOT NULL)""",
     "CREATE INDEX funnel_audit_ts ON funnel_audit (ts, id)",
-)
+),)
 PG_MIGRATIONS = (
     """CREATE TABLE funnel_audit (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts double precision NOT NULL, who text NOT NULL,
@@ -121,10 +119,8 @@ class SqlAudit:
 
     _mark = "?"
 
-    @contextmanager
-    def _connection(self) -> Iterator:
+    def _connection(self) -> AbstractContextManager:
         raise NotImplementedError
-        yield
 
     def append(self, event: AuditEvent) -> None:
         values = [event.ts, _clip(event.who), _clip(event.action), _clip(event.route), event.collection,
@@ -147,17 +143,12 @@ class SqlAudit:
                            client=r[7], status=r[8]) for r in rows]
 
 
-class EmbeddedAudit(SqlAudit):
-    """The log in the SQLite file at `path`, created on the first append or check. Reading a log whose file
-    does not exist finds no rows and creates nothing."""
+class EmbeddedAudit(InFile, SqlAudit):
+    """The log in the SQLite file at `path` (`funnel.apps.state.sqlite`), made on the first append or check,
+    readable by its owner alone. Reading a log whose file does not exist finds no rows and creates nothing."""
 
     def __init__(self, path: Path | str):
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._opened = False
-
-    def __repr__(self) -> str:
-        return f"EmbeddedAudit({str(self.path)!r})"
+        self._in_file(SqliteFile(path, SQLITE_STEPS, "audit log", mode=0o600))  # who did what from where
 
     def read(self, limit: int = DEFAULT_LIMIT, since: float | None = None) -> list[AuditEvent]:
         return super().read(limit, since) if self.path.exists() else []
@@ -169,60 +160,12 @@ class EmbeddedAudit(SqlAudit):
             con.execute("BEGIN IMMEDIATE")
             con.execute("ROLLBACK")
 
-    @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        self._open()
-        try:
-            with closing(sqlite3.connect(self.path, timeout=10.0, isolation_level=None)) as con:
-                yield con
-        except sqlite3.Error as e:
-            raise StoreError(f"audit log in {self.path}: {e}") from None
 
-    def _open(self) -> None:
-        if self._opened and self.path.exists():
-            return
-        with self._lock:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with closing(sqlite3.connect(self.path, timeout=10.0, isolation_level=None)) as con:
-                    version = con.execute("PRAGMA user_version").fetchone()[0]
-                    if version == SQLITE_VERSION:
-                        self._opened = True
-                        return
-                    if version > SQLITE_VERSION:
-                        raise StoreError(f"{self.path} was written by a newer funnel (schema {version})")
-                    con.execute("PRAGMA journal_mode = WAL")
-                    con.execute("BEGIN IMMEDIATE")
-                    found = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                    tables = [r[0] for r in found]
-                    if tables and con.execute("PRAGMA user_version").fetchone()[0] == 0:
-                        con.execute("ROLLBACK")
-                        raise StoreError(f"{self.path} is an SQLite file of something else (tables: "
-                                         f"{', '.join(sorted(tables)[:5])})")
-                    if not tables:
-                        for step in SQLITE_V1:
-                            con.execute(step)
-                        con.execute(f"PRAGMA user_version = {SQLITE_VERSION}")
-                    con.execute("COMMIT")
-                self.path.chmod(0o600)  # who did what from where: for admins only
-                self._opened = True
-            except sqlite3.Error as e:
-                raise StoreError(f"audit log in {self.path}: {e}") from None
-            except OSError as e:
-                raise StoreError(f"audit log in {self.path}: {e.strerror or e}") from None
-
-
-class PostgresAudit(SqlAudit):
+class PostgresAudit(InDatabase, SqlAudit):
     """The log in the service's database (`funnel_audit`), migrated on first use."""
 
-    _mark = "%s"
-
     def __init__(self, db: Database):
-        self.db = db
-        self._tables = ComponentTables(db, "audit", PG_MIGRATIONS)
-
-    def __repr__(self) -> str:
-        return f"PostgresAudit({self.db.label!r})"
+        self._on_database(db, "audit", PG_MIGRATIONS)
 
     def check(self) -> None:
         """The database answers and this role may insert into the table."""
@@ -232,17 +175,10 @@ class PostgresAudit(SqlAudit):
         if not allowed or not allowed[0]:
             raise StoreError(f"audit log in {self.db.label}: this role may not add rows to funnel_audit")
 
-    @contextmanager
-    def _connection(self) -> Iterator:
-        with self._tables.connection() as conn:
-            yield conn
-
 
 def open_audit(db: Database | None, data_dir: Path | str | None = None) -> AuditStore:
     """The service's audit log: in the service database `db` when there is one, else `audit.sqlite` under
     `data_dir`. Nothing is opened here."""
     if db is None:
-        if data_dir is None:
-            raise ValueError("an embedded audit log needs the service's data dir")
-        return EmbeddedAudit(Path(data_dir) / FILE_NAME)
+        return EmbeddedAudit(in_data_dir(data_dir, FILE_NAME, "an embedded audit log"))
     return PostgresAudit(db)

@@ -4,6 +4,7 @@ and the verbs written once in SQL that SQLite and PostgreSQL both run (`SqlConve
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -118,8 +119,9 @@ class SqlConversations:
     _LOCKED = ""  # appended to the eviction's SELECT (PostgreSQL: skip rows another process holds)
     evict_batch = 1000
 
-    def __init__(self, max_conversations: int, max_turns: int, max_chars: int, clock: Callable[[], float],
-                 max_per_owner: int = MAX_PER_OWNER):
+    def __init__(self, max_conversations: int = MAX_CONVERSATIONS, max_turns: int = MAX_TURNS,
+                 max_chars: int = MAX_CHARS, *, max_per_owner: int = MAX_PER_OWNER,
+                 clock: Callable[[], float] = time.time):
         self.max_conversations = max_conversations
         self.max_per_owner = max_per_owner
         self.max_turns = max_turns

@@ -13,37 +13,30 @@
   `funnel.apps.state.replica`). Nothing is kept on local disk but a temporary copy of a file while it is
   ingested.
 
-`open_home` chooses. A collection's parts are the same three objects in both homes (`Place`), so
-`Collection` has one code path.
+`open_home` chooses. A collection's parts are the same three objects in both homes (`Place`: its index,
+its documents in `funnel.apps.state.documents`, its files in `funnel.apps.state.files`), so `Collection` has
+one code path.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from funnel import index
 from funnel.apps.state.db import Database, url_params
 from funnel.apps.state.documents import Documents, EmbeddedDocuments, PostgresDocuments, utc_now
+from funnel.apps.state.files import EmbeddedFiles, Files, PostgresFiles
 from funnel.apps.state.tables import ComponentTables
 from funnel.errors import ConfigError, NotFound, StoreError
 from funnel.index.base import Store
 
-if TYPE_CHECKING:
-    from funnel.apps.api.uploads import Upload
-
 MARKER = "collection.json"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-MAX_NAMES = 10_000  # a stored file is named `name`, `name (2)`, ... up to this
 
 
 def check_name(name: str) -> str:
@@ -53,21 +46,6 @@ def check_name(name: str) -> str:
             "starting with a letter or digit"
         )
     return name
-
-
-class Files(Protocol):
-    """A collection's original uploads."""
-
-    def save(self, upload: Upload, name: str, taken: set[str]) -> tuple[str, str]:
-        """Store the upload as `name` or `name (2)`, ... (never one in `taken`); (name used, SHA-256)."""
-
-    def local(self, filename: str):
-        """A context manager yielding a local path of the file while it lasts (NotFound when gone)."""
-
-    def content(self, filename: str) -> Path | bytes:
-        """The file to send back: a path where it is one, else its bytes (NotFound when gone)."""
-
-    def delete(self, filename: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -104,18 +82,6 @@ class Home(Protocol):
     def close(self) -> None: ...
 
 
-def free_names(name: str, taken: set[str]) -> Iterator[str]:
-    """`name`, `name (2)`, `name (3)`, ... leaving out those in `taken`; a Conflict when they run out."""
-    stem, suffix = os.path.splitext(name)
-    for n in range(1, MAX_NAMES):
-        candidate = name if n == 1 else f"{stem} ({n}){suffix}"
-        if candidate not in taken:
-            yield candidate
-    from funnel.apps.api.errors import Conflict  # here: the error is the HTTP API's (409)
-
-    raise Conflict(f"too many files named like {name}; rename it")
-
-
 def open_home(db: Database | None, data_dir: Path, search_url: str | None = None) -> Home:
     """The service's collections: in `db` when it has one (shared by its processes; `search_url`, a read
     replica of it, for searches), else in folders under `data_dir`."""
@@ -125,33 +91,6 @@ def open_home(db: Database | None, data_dir: Path, search_url: str | None = None
 
 
 # --- in folders --------------------------------------------------------------------------------------------
-
-
-class EmbeddedFiles:
-    def __init__(self, folder: Path):
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def save(self, upload: Upload, name: str, taken: set[str]) -> tuple[str, str]:
-        from funnel.apps.api.uploads import save  # here: the API's package imports this module
-
-        return save(upload, self.folder, name, taken)
-
-    def _path(self, filename: str) -> Path:
-        path = self.folder / filename
-        if not path.is_file():
-            raise NotFound(f"the file {filename} is gone")
-        return path
-
-    @contextmanager
-    def local(self, filename: str) -> Iterator[Path]:
-        yield self._path(filename)
-
-    def content(self, filename: str) -> Path:
-        return self._path(filename)
-
-    def delete(self, filename: str) -> None:
-        (self.folder / filename).unlink(missing_ok=True)
 
 
 class EmbeddedHome:
@@ -294,45 +233,3 @@ class PostgresHome:
 
     def close(self) -> None:
         self.db.close()
-
-
-class PostgresFiles:
-    """`Files` as rows (bytea): an upload is read once (it is within the upload limit) and stored with its
-    hash; ingest reads it back into a temporary file, since the loaders read paths."""
-
-    def __init__(self, tables: ComponentTables, collection: str):
-        self.tables, self.collection = tables, collection  # the collections component's tables
-
-    def save(self, upload: Upload, name: str, taken: set[str]) -> tuple[str, str]:
-        upload.file.seek(0)
-        content = upload.file.read()
-        digest = hashlib.sha256(content).hexdigest()
-        for candidate in free_names(name, taken):
-            with self.tables.connection() as conn:
-                stored = conn.execute(
-                    "INSERT INTO funnel_files (collection, filename, content, sha256) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    [self.collection, candidate, content, digest]).rowcount
-            if stored:
-                return candidate, digest
-
-    def content(self, filename: str) -> bytes:
-        with self.tables.connection() as conn:
-            row = conn.execute("SELECT content FROM funnel_files WHERE collection = %s AND filename = %s",
-                               [self.collection, filename]).fetchone()
-        if row is None:
-            raise NotFound(f"the file {filename} is gone")
-        return bytes(row[0])
-
-    @contextmanager
-    def local(self, filename: str) -> Iterator[Path]:
-        content = self.content(filename)
-        with tempfile.TemporaryDirectory(prefix="funnel-upload-") as folder:
-            path = Path(folder) / filename
-            path.write_bytes(content)
-            yield path
-
-    def delete(self, filename: str) -> None:
-        with self.tables.connection() as conn:
-            conn.execute("DELETE FROM funnel_files WHERE collection = %s AND filename = %s",
-                         [self.collection, filename])

@@ -13,8 +13,8 @@ import builtins
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from funnel.apps.triage.redact import redact, redact_obj
-from funnel.apps.triage.schema import (
+from funnel.apps.state.alerts import Delivery
+from funnel.apps.state.incident_schema import (
     MAX_MESSAGE_CHARS,
     MAX_TRACE_CHARS,
     UNFINISHED,
@@ -24,7 +24,7 @@ from funnel.apps.triage.schema import (
     TriageResult,
     TriageSteps,
 )
-from funnel.apps.triage.slack import Delivery
+from funnel.apps.state.redact import redact, redact_obj
 
 MAX_LIST = 1000
 _DETAIL_CHARS = 1000

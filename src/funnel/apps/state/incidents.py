@@ -4,44 +4,47 @@ every process records into and lists from one history; `open_incidents` chooses.
 rows and queries from `funnel.apps.state.incident_rows`, so both store the same redacted, bounded incident
 (no secret of a report or an analysis reaches the disk).
 
-SQLite runs in WAL mode and every call opens its own short connection, so API threads share one
-`EmbeddedIncidents` without a lock (SQLite serialises the writers; a busy file is waited on for 10 s). The
-schema is versioned with `PRAGMA user_version`; a file written by a newer funnel, a file that is not SQLite,
-or an SQLite file of something else is a `StoreError` with a one-line message. In PostgreSQL ids come from
-an identity column, so two processes never hand out the same one.
+The SQLite file is a `funnel.apps.state.sqlite.SqliteFile`: WAL, every call its own short connection (API
+threads share one `EmbeddedIncidents` without a lock), the schema versioned with `PRAGMA user_version`; a
+file written by a newer funnel, a file that is not SQLite, or an SQLite file of something else is a
+`StoreError` with a one-line message. In PostgreSQL ids come from an identity column, so two processes never
+hand out the same one.
 
 An incident is recorded as soon as its files are ranked; its slow steps (the analysis, the Slack message)
 run later on a worker (`funnel.apps.triage.queue`) and write their progress with `update`. Version 2 added
-the columns for that (`STEP_COLUMNS`); a version 1 file gains them when it is opened, its incidents marked
-as analysed (they were, before the answer went out). `count_since` compares against the recording
-process's clock (Unix seconds, not the database's); hosts kept in step by NTP agree to well under a second.
+the columns for that (`STEP_COLUMNS`); a version 1 file gains them (those it lacks) when it is opened, its
+incidents marked as analysed (they were, before the answer went out). `count_since` compares against the
+recording process's clock (Unix seconds, not the database's); hosts kept in step by NTP agree to well under a
+second.
 """
 
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, closing, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
 from funnel.apps.state import incident_rows as rows
+from funnel.apps.state.alerts import Delivery
 from funnel.apps.state.db import Database
 from funnel.apps.state.incident_rows import Incident, IncidentChange
-from funnel.apps.state.tables import ComponentTables
-from funnel.apps.triage.schema import ErrorReport, TriageResult, TriageSteps
-from funnel.apps.triage.slack import Delivery
+from funnel.apps.state.incident_schema import ErrorReport, TriageResult, TriageSteps
+from funnel.apps.state.sqlite import InFile, SqliteFile
+from funnel.apps.state.tables import InDatabase
 from funnel.errors import StoreError
 
 __all__ = [
     "EmbeddedIncidents", "Incident", "IncidentChange", "Incidents", "PostgresIncidents", "open_incidents",
 ]
 
-SCHEMA_VERSION = 2  # the SQLite file's
-_BUSY_TIMEOUT_S = 10.0
-SQLITE_V1 = rows.schema_v1("incidents", "id INTEGER PRIMARY KEY AUTOINCREMENT", "REAL")
+SQLITE_STEPS = (  # the SQLite file's
+    rows.schema_v1("incidents", "id INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),
+    # the slow steps run on workers after the request (funnel.apps.triage.queue)
+    tuple(f"ALTER TABLE incidents ADD COLUMN {name} {kind}" for name, kind in rows.STEP_COLUMNS),
+)
 
 COMPONENT = "incidents"
 STEPS = (  # the service database's
@@ -149,22 +152,16 @@ class _Queries:
         return int(row[0])
 
 
-class EmbeddedIncidents(_Queries):
-    """Incidents in the SQLite file at `path` (its folder is created). `clock` gives Unix seconds."""
+class EmbeddedIncidents(InFile, _Queries):
+    """Incidents in the SQLite file at `path` (`funnel.apps.state.sqlite`), made (with its folder) or checked
+    when the store is built. `clock` gives Unix seconds."""
 
     _table, _mark = "incidents", "?"
 
     def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time):
-        self.path = Path(path)
+        self._in_file(SqliteFile(path, SQLITE_STEPS, "incident database", durable=False))
         self._clock = clock
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"cannot create {self.path.parent}: {e.strerror or e}") from None
-        self._open()
-
-    def __repr__(self) -> str:
-        return f"EmbeddedIncidents({str(self.path)!r})"
+        self._file.open()
 
     def record(self, report: ErrorReport, result: TriageResult, steps: TriageSteps | None = None) -> int:
         """Stores the redacted, size-bounded report and result; returns the new incident's id."""
@@ -177,56 +174,8 @@ class EmbeddedIncidents(_Queries):
     def _label(self) -> str:
         return str(self.path)
 
-    # --- the file ----------------------------------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        """A short-lived autocommit connection; every sqlite3 error becomes a one-line `StoreError`."""
-        try:
-            with closing(sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)) as con:
-                con.execute("PRAGMA synchronous = NORMAL")  # safe under WAL; no fsync per commit
-                yield con
-        except sqlite3.Error as e:
-            if "not a database" in str(e):
-                raise StoreError(f"{self.path} is not an incident database ({e})") from None
-            raise StoreError(f"{self.path}: {e}") from None
-
-    def _open(self) -> None:
-        with self._connection() as con:
-            con.execute("PRAGMA journal_mode = WAL")
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} was written by a newer funnel (schema {version}); "
-                    f"this one reads up to {SCHEMA_VERSION}"
-                )
-            if version < SCHEMA_VERSION:
-                self._migrate(con)
-
-    def _migrate(self, con: sqlite3.Connection) -> None:
-        con.execute("BEGIN IMMEDIATE")  # another process may be creating it at the same moment
-        try:
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-                if tables:
-                    shown = ", ".join(sorted(tables)[:5])
-                    raise StoreError(f"{self.path} is an SQLite file of something else (tables: {shown})")
-                for statement in SQLITE_V1:
-                    con.execute(statement)
-            if version < 2:
-                have = {row[1] for row in con.execute("PRAGMA table_info(incidents)")}
-                for name, definition in rows.STEP_COLUMNS:
-                    if name not in have:  # a half-migrated file (added by hand, or an older funnel's try)
-                        con.execute(f"ALTER TABLE incidents ADD COLUMN {name} {definition}")
-            con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-
-
-class PostgresIncidents(_Queries):
+class PostgresIncidents(InDatabase, _Queries):
     """Incidents in the service database `db`. Cheap to build: the tables are created on first use (or by
     `warm_up`), so a server starts while the database is down; then every call is a `DatabaseUnavailable`
     (a StoreError, HTTP 503) until it is back. `clock` gives Unix seconds."""
@@ -234,11 +183,8 @@ class PostgresIncidents(_Queries):
     _table, _mark = "funnel_incidents", "%s"
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time):
-        self._tables = ComponentTables(db, COMPONENT, STEPS)
+        self._on_database(db, COMPONENT, STEPS)
         self._clock = clock
-
-    def __repr__(self) -> str:
-        return f"PostgresIncidents({self._tables.db.label!r})"
 
     def warm_up(self) -> None:
         self._tables.warm_up()
@@ -252,10 +198,7 @@ class PostgresIncidents(_Queries):
             return int(conn.execute(sql, row).fetchone()[0])
 
     def _label(self) -> str:
-        return self._tables.db.label
-
-    def _connection(self) -> AbstractContextManager:
-        return self._tables.connection()
+        return self.db.label
 
     @staticmethod
     def _arg(value):

@@ -19,22 +19,27 @@ whether the store has any key at all (`KeyVerifier.active`): a service with no k
 open, as before keys existed; its first key closes it within 5 s. Revoked keys stay listed, so revoking the
 last key never reopens the service.
 
-Where: `EmbeddedKeys` (`keys_sql`) in `DATA_DIR/keys.sqlite`; `PostgresKeys` in the service's PostgreSQL,
-shared by every process. `open_keys` chooses. A store that cannot be read is a StoreError (503): requests
-are refused, never let through (fail closed).
+Where: `EmbeddedKeys` in `DATA_DIR/keys.sqlite` (`funnel.apps.state.sqlite`); `PostgresKeys` in the
+service's PostgreSQL, shared by every process; both run the same SQL (`SqlKeys`). `open_keys` chooses. A
+store that cannot be read is a StoreError (503): requests are refused, never let through (fail closed).
+Rows are only added and revoked, never deleted. What a key is (its record, how one is made and hashed):
+`funnel.apps.state.key_records`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
+from funnel.apps.state.db import Database
 from funnel.apps.state.key_records import (
     CACHE_TTL_S,
     DUMMY_DIGEST,
@@ -49,11 +54,25 @@ from funnel.apps.state.key_records import (
     new_key,
     parse_token,
 )
-from funnel.apps.state.keys_sql import EmbeddedKeys, PostgresKeys
+from funnel.apps.state.sqlite import InFile, SqliteFile, in_data_dir
+from funnel.apps.state.tables import InDatabase
 from funnel.errors import NotFound
 
 __all__ = ["CACHE_TTL_S", "EmbeddedKeys", "KeyRecord", "KeyRejected", "KeyStore", "KeyVerifier", "NewKey",
            "PostgresKeys", "Role", "check_collections", "hash_secret", "new_key", "open_keys", "parse_token"]
+
+COLUMNS = "id, role, collections, created_ts, expires_ts, revoked_ts, salt, digest, rpm, upload_mb_per_day"
+SQLITE_STEPS = (
+    ("""CREATE TABLE funnel_keys (
+        id TEXT PRIMARY KEY, role TEXT NOT NULL, collections TEXT, created_ts REAL NOT NULL, expires_ts REAL,
+        revoked_ts REAL, salt BLOB NOT NULL, digest BLOB NOT NULL)""",),
+    ("ALTER TABLE funnel_keys ADD COLUMN rpm INTEGER",  # limits per key (NULL: the service's default)
+     "ALTER TABLE funnel_keys ADD COLUMN upload_mb_per_day REAL"),
+)
+PG_MIGRATIONS = ("""CREATE TABLE funnel_keys (
+    id text PRIMARY KEY, role text NOT NULL, collections text, created_ts double precision NOT NULL,
+    expires_ts double precision, revoked_ts double precision, salt bytea NOT NULL, digest bytea NOT NULL)""",
+                 "ALTER TABLE funnel_keys ADD COLUMN rpm integer, ADD COLUMN upload_mb_per_day double precision")
 
 
 class KeyStore(Protocol):
@@ -163,11 +182,96 @@ def check_collections(names, existing) -> None:
         raise NotFound(f"no collection {shown}: make the collection first; a key is for collections that exist")
 
 
-def open_keys(db, data_dir: Path | str | None = None) -> KeyStore:
+# --- the stores ---------------------------------------------------------------------------------------------
+
+
+def _row(row) -> KeyRecord:
+    key_id, role, collections, created, expires, revoked, salt, digest, rpm, upload = row
+    names = tuple(json.loads(collections)) if collections is not None else None
+    return KeyRecord(key_id, Role(role), names, created, expires, revoked, bytes(salt), bytes(digest), rpm, upload)
+
+
+class SqlKeys:
+    """The verbs, over `_connection()` (autocommit) with `_mark` as the parameter placeholder."""
+
+    _mark = "?"
+
+    def _connection(self) -> AbstractContextManager:
+        raise NotImplementedError
+
+    def add(self, record: KeyRecord) -> None:
+        m = self._mark
+        names = json.dumps(list(record.collections)) if record.collections is not None else None
+        with self._connection() as conn:
+            conn.execute(f"INSERT INTO funnel_keys ({COLUMNS}) VALUES ({', '.join([m] * 10)})",
+                         [record.id, record.role.value, names, record.created, record.expires, record.revoked,
+                          record.salt, record.digest, record.rpm, record.upload_mb_per_day])
+
+    def get(self, key_id: str) -> KeyRecord | None:
+        with self._connection() as conn:
+            row = conn.execute(f"SELECT {COLUMNS} FROM funnel_keys WHERE id = {self._mark}", [key_id]).fetchone()
+        return _row(row) if row else None
+
+    def list(self) -> list[KeyRecord]:
+        with self._connection() as conn:
+            rows = conn.execute(f"SELECT {COLUMNS} FROM funnel_keys ORDER BY created_ts, id").fetchall()
+        return [_row(r) for r in rows]
+
+    def revoke(self, key_id: str, now: float) -> KeyRecord | None:
+        m = self._mark
+        with self._connection() as conn:
+            conn.execute(f"UPDATE funnel_keys SET revoked_ts = {m} WHERE id = {m} AND revoked_ts IS NULL",
+                         [now, key_id])
+        return self.get(key_id)
+
+    def any(self) -> bool:
+        with self._connection() as conn:
+            return conn.execute("SELECT 1 FROM funnel_keys LIMIT 1").fetchone() is not None
+
+    def unbind(self, collection: str) -> list[str]:
+        m = self._mark
+        changed = []
+        with self._connection() as conn:
+            rows = conn.execute("SELECT id, collections FROM funnel_keys WHERE collections IS NOT NULL").fetchall()
+            for key_id, names in rows:
+                names = json.loads(names)
+                if collection in names:
+                    kept = json.dumps([n for n in names if n != collection])
+                    conn.execute(f"UPDATE funnel_keys SET collections = {m} WHERE id = {m}", [kept, key_id])
+                    changed.append(key_id)
+        return changed
+
+
+class EmbeddedKeys(InFile, SqlKeys):
+    """Keys in the SQLite file at `path`, made on the first key and readable by its owner alone (hashes only,
+    but nobody else's business). Reading a store whose file does not exist finds no keys and creates nothing."""
+
+    def __init__(self, path: Path | str):
+        self._in_file(SqliteFile(path, SQLITE_STEPS, "key store", mode=0o600))
+
+    def any(self) -> bool:
+        return super().any() if self.path.exists() else False
+
+    def get(self, key_id: str) -> KeyRecord | None:
+        return super().get(key_id) if self.path.exists() else None
+
+    def list(self) -> list[KeyRecord]:
+        return super().list() if self.path.exists() else []
+
+    def unbind(self, collection: str) -> list[str]:
+        return super().unbind(collection) if self.path.exists() else []
+
+
+class PostgresKeys(InDatabase, SqlKeys):
+    """Keys in the service's database (`funnel_keys`), migrated on first use."""
+
+    def __init__(self, db: Database):
+        self._on_database(db, "keys", PG_MIGRATIONS)
+
+
+def open_keys(db: Database | None, data_dir: Path | str | None = None) -> KeyStore:
     """The service's keys: in the service database `db` when there is one, else `keys.sqlite` under
     `data_dir`. Nothing is opened here."""
     if db is None:
-        if data_dir is None:
-            raise ValueError("embedded keys need the service's data dir")
-        return EmbeddedKeys(Path(data_dir) / FILE_NAME)
+        return EmbeddedKeys(in_data_dir(data_dir, FILE_NAME, "embedded keys"))
     return PostgresKeys(db)

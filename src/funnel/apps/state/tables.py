@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from funnel.apps.state.backing import Backed
 from funnel.apps.state.db import Database
 from funnel.errors import StoreError
 
@@ -60,3 +61,16 @@ class ComponentTables:
         except psycopg.Error as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise StoreError(f"{self.component} in {self.db.label}: {self.db.redact(first)}") from None
+
+
+class InDatabase(Backed):
+    """A PostgreSQL store: its component's tables in `db`. A store calls `_on_database` from its `__init__`."""
+
+    _mark = "%s"
+
+    def _on_database(self, db: Database, component: str, steps: Sequence[str]) -> None:
+        self.db = db
+        self._backing = self._tables = ComponentTables(db, component, steps)
+
+    def _where(self) -> str:
+        return self.db.label

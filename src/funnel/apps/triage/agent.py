@@ -17,9 +17,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from funnel.apps.state.incident_schema import Analysis, AnalysisStatus, RankedFile
+from funnel.apps.state.redact import redact
 from funnel.apps.triage.locate import FileLocator
-from funnel.apps.triage.redact import redact
-from funnel.apps.triage.schema import Analysis, AnalysisStatus, RankedFile
 from funnel.errors import FunnelError
 from funnel.generate.chat import ChatMessage, ChatModel, ChatReply, ToolCall, ToolSpec
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from funnel.apps.settings import Settings
+from funnel.apps.state.incident_schema import MAX_TRACE_CHARS, ErrorReport
 from funnel.apps.triage.build import build_triage
-from funnel.apps.triage.schema import MAX_TRACE_CHARS, ErrorReport
 from funnel.apps.triage.service import TriageOutcome
 from funnel.errors import ConfigError
 from funnel.index import location_label
@@ -92,10 +92,11 @@ def print_outcome(outcome: TriageOutcome, out: Console, err: Console, as_json: b
 
 def print_incidents(settings: Settings, limit: int, service: str | None, out: Console, as_json: bool) -> None:
     """The incidents `funnel serve` recorded: in the service database when one is set, else the SQLite file."""
-    from funnel.apps.api.library import open_database
+    from funnel.apps.state.db import Database
     from funnel.apps.state.incidents import open_incidents
 
-    db = open_database(settings)
+    url = settings.database.url
+    db = Database(url.get_secret_value()) if url is not None else None
     try:
         incidents = open_incidents(db, settings.triage.incidents).list(limit=limit, service=service)
     finally:

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from funnel.apps.state.incident_schema import RankedFile
 from funnel.apps.triage.frames import match_frames, trace_symbols
-from funnel.apps.triage.schema import RankedFile
 from funnel.apps.triage.stacktrace import Frame, ParsedError
 from funnel.apps.triage.symbols import SymbolTable, mentioned_names
 from funnel.index.base import Filter

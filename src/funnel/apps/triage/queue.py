@@ -23,8 +23,10 @@ import logging
 import threading
 
 from funnel.apps.state.incident_rows import Incident, IncidentChange
-from funnel.apps.state.jobs import Job, JobState, Lease, Permanent, Queue
-from funnel.apps.triage.schema import UNFINISHED, ErrorReport, Step, StepState, TriageResult, TriageSteps
+from funnel.apps.state.incident_schema import (UNFINISHED, ErrorReport, Step, StepState, TriageResult,
+                                               TriageSteps)
+from funnel.apps.state.jobs import Job, JobState
+from funnel.apps.state.jobs_workers import Lease, Permanent, Queue
 from funnel.apps.triage.service import TriageOutcome, TriageService
 from funnel.errors import StoreError
 

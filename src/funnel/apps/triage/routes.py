@@ -14,8 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel
 
+from funnel.apps.state.incident_schema import ErrorReport, StepState, TriageResult, TriageSteps
 from funnel.apps.triage.queue import TriageQueue
-from funnel.apps.triage.schema import ErrorReport, StepState, TriageResult, TriageSteps
 from funnel.errors import BackendUnavailable, ConfigError, NotFound
 
 

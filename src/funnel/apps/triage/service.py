@@ -17,19 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from funnel.apps.state.incident_rows import IncidentChange
+from funnel.apps.state.incident_schema import (AnalysisStatus, ErrorReport, Step, StepState, TriageResult,
+                                               TriageSteps)
+from funnel.apps.state.redact import redact
 from funnel.apps.triage.agent import AgentLimits, RepoTools, analyse
 from funnel.apps.triage.frames import fingerprint
 from funnel.apps.triage.locate import FileLocator, LocateConfig
-from funnel.apps.triage.redact import redact
-from funnel.apps.triage.schema import AnalysisStatus, ErrorReport, Step, StepState, TriageResult, TriageSteps
 from funnel.apps.triage.stacktrace import parse_trace
 from funnel.errors import StoreError
 from funnel.generate.chat import ChatModel
 from funnel.pipeline import Pipeline
 
 if TYPE_CHECKING:  # optional parts: the service runs without them
+    from funnel.apps.state.alerts import Delivery
     from funnel.apps.state.incidents import Incidents
-    from funnel.apps.triage.slack import Delivery, SlackNotifier
+    from funnel.apps.triage.slack import SlackNotifier
 
 log = logging.getLogger(__name__)
 

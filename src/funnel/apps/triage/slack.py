@@ -16,7 +16,8 @@ guards in front of the HTTP call:
 - retries: 429 (honouring `Retry-After`, capped at 30 s), 5xx, timeouts and connection errors are retried
   with exponential backoff; any other 4xx fails at once with Slack's plain-text reason.
 
-Nothing here raises for a delivery problem: `notify` returns a `Delivery` saying what happened. Everything
+Nothing here raises for a delivery problem: `notify` returns a `Delivery` (`funnel.apps.state.alerts`, where
+the incident store reads it) saying what happened. Everything
 in the message goes through `redact` first, and the webhook URL (itself a credential) is never put in a log
 line or a `Delivery.detail`.
 """
@@ -28,8 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 
 import httpx
 
@@ -37,12 +36,14 @@ from funnel.apps.state.alerts import (
     Admission,
     AlertState,
     Deduplicated,
+    Delivery,
+    DeliveryStatus,
     EmbeddedAlertState,
     RateLimited,
     Reservation,
 )
-from funnel.apps.triage.redact import redact
-from funnel.apps.triage.schema import TriageResult
+from funnel.apps.state.incident_schema import TriageResult
+from funnel.apps.state.redact import redact
 from funnel.apps.triage.slack_message import blocks_for, cut, duration
 from funnel.errors import ConfigError, StoreError, UpstreamError, UpstreamTimeout, body_excerpt
 from funnel.http import Retry, Upstream
@@ -53,29 +54,6 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_CAP_S = 30.0
 _DETAIL_CHARS = 300
 SHARED_STATE_RETRY_S = 30.0  # after the shared state failed, how long this process keeps to its own
-
-
-class DeliveryStatus(StrEnum):
-    SENT = "sent"
-    DEDUPLICATED = "deduplicated"  # a message for this fingerprint went out within the window
-    RATE_LIMITED = "rate_limited"  # over `rate_per_minute`: dropped, not queued
-    FAILED = "failed"  # Slack refused it, or kept failing through every retry
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """What became of one `notify` call.
-
-    `attempts` counts HTTP requests (0 when nothing was posted). `count` is the number of occurrences the
-    delivery stands for: for `sent`/`failed`/`rate_limited` the occurrences the message reports (this one
-    plus those not reported yet); for `deduplicated` the occurrences so far in the open window, the sent one
-    included. `detail` is one line for logs and the incident store, never the webhook URL.
-    """
-
-    status: DeliveryStatus
-    attempts: int
-    detail: str
-    count: int
 
 
 class SlackNotifier:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from funnel.apps.triage.redact import redact_obj
-from funnel.apps.triage.schema import TriageResult
+from funnel.apps.state.incident_schema import TriageResult
+from funnel.apps.state.redact import redact_obj
 
 HEADER_CHARS = 150  # Slack's limit for a header block
 SECTION_CHARS = 3000  # Slack's limit for a section's (and a context element's) text

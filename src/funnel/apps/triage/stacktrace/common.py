@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-MAX_TRACE_CHARS = 200_000  # the report limit of triage.schema; kept here so parsing needs the stdlib only
+MAX_TRACE_CHARS = 200_000  # the report limit of state.incident_schema; kept here so parsing needs the stdlib only
 KEEP_HEAD_CHARS = 150_000  # a longer trace keeps its head (the outer error) and tail (the root cause)
 KEEP_TAIL_CHARS = 50_000
 MAX_LINE_CHARS = 4_000

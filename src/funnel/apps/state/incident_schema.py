@@ -1,7 +1,9 @@
-"""The wire shapes of triage: what an application posts, and the analysis funnel produces.
+"""What an incident is made of, the wire shapes of triage: the error an application reports, the result
+triage makes of it (its ranked files and the LLM's analysis), and where its slow steps stand.
 
-Pydantic models, because both cross a boundary: the report arrives as JSON over HTTP, and the analysis is
-JSON an LLM writes and funnel must validate before anything trusts it.
+Triage (`funnel.apps.triage`) makes them and the incident store (`funnel.apps.state.incidents`) keeps them,
+so they live here, below both. Pydantic models, because both cross a boundary: the report arrives as JSON
+over HTTP, and the analysis is JSON an LLM writes and funnel must validate before anything trusts it.
 """
 
 from __future__ import annotations
