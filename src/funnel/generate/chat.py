@@ -180,16 +180,9 @@ class ChatBackend:
     `ChatCall`, which the backend answers whole (`_answer`; by default its stream, read to the end) or as a
     stream of text deltas (`_stream`)."""
 
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        json_schema: dict | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> ChatReply:
-        return self._answer(ChatCall(messages, tools, json_schema, max_tokens, temperature))
+    def chat(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), **options) -> ChatReply:
+        """`ChatModel.chat`; `options` are its keywords (json_schema, max_tokens, temperature: `ChatCall`'s)."""
+        return self._answer(ChatCall(messages, tools, **options))
 
     def stream(
         self,
