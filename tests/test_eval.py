@@ -23,7 +23,7 @@ from funnel.eval.metrics import MEASURES, as_run, per_query
 from funnel.eval.questions import load_questions, source_key
 from funnel.eval.runner import run_eval
 from funnel.eval.suite import build_index, open_suite
-from funnel.eval.variants import DEFAULT, Variant, parse_variants
+from funnel.eval.variants import DEFAULT, Variant, answerers, parse_variants
 from funnel.index.lance import LanceStore
 from funnel.ingest.pdf import load_pdf
 from funnel.engine_config import EngineConfig
@@ -415,6 +415,20 @@ def test_variant_specs_parse():
     assert [v.name for v in parse_variants("dense, bm25+rerank(rrf),")] == ["dense", "bm25+rerank(rrf)"]
 
 
+def test_answerer_variants_parse():
+    """`+answer(ANSWERER)` puts answerers side by side on the same ranking (issue 39)."""
+    local = Variant.parse("default+answer(local)")
+    assert (local.name, local.is_default, local.answerer, local.reranks) == ("default+answer(local)", True, "local",
+                                                                             False)
+    mixed = Variant.parse("hybrid+rerank(rrf:0.5)+answer(ollama:qwen2.5)")
+    assert (mixed.policy, mixed.weight, mixed.answerer) == (RerankPolicy.RRF, 0.5, "ollama:qwen2.5")
+    assert Variant.parse("hybrid").answerer is None
+    specs = "default,default+answer(extractive),hybrid+answer(local),default+answer(local)"
+    assert answerers(parse_variants(specs)) == ["extractive", "local"]
+    with pytest.raises(ConfigError, match=re.escape("bad variant 'Hybrid'")):
+        Variant.parse("Hybrid+answer(local)")
+
+
 @pytest.mark.parametrize(
     "specs, message",
     [
@@ -608,6 +622,45 @@ def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tm
     entry = report.results_json(report.score(run, "hybrid"), [])["variants"]["hybrid"]
     assert entry["answer_fallbacks"] == 1  # ... and the results say so
     assert all(str(port) in why for why in entry["answer_fallback_reasons"])
+
+
+def test_answerers_are_scored_side_by_side_on_one_ranking(tmp_path):
+    """`hybrid` answers with the configured generator (extractive here), `hybrid+answer(down)` with an LLM that
+    is down: its fallbacks are counted on that variant alone, and a variant whose answerer was not built is
+    one line, not a silent extractive answer."""
+    from funnel.apps.factory import build_answerers
+    from funnel.apps.settings import Settings
+    from funnel.generate.extractive import ExtractiveGenerator
+    from funnel.generate.llm import FallbackGenerator, LlmGenerator
+    from funnel.generate.openai_compat import OpenAIChat
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "acme.txt").write_text("The CEO of Acme is Jane Roe.\n")
+    (tmp_path / "qs.yaml").write_text(
+        "documents: docs\nquestions:\n  - {question: 'Who is the CEO of Acme?', sources: acme.txt, answer_contains: Roe}\n"
+    )
+    suite = open_suite(tmp_path / "qs.yaml")
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
+    build_index(p, suite)
+    with socket.socket() as s:  # a port nothing listens on: the LLM is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = FallbackGenerator(LlmGenerator(OpenAIChat(f"http://127.0.0.1:{port}/v1", model="m", timeout=2)),
+                             ExtractiveGenerator(p.embedder))
+    variants = parse_variants("hybrid,hybrid+answer(down)")
+    run = run_eval(p, suite.evalset, variants, generator=p.generator, answerers={"down": down})
+    entries = report.results_json(report.score(run, "hybrid"), [])["variants"]
+    assert entries["hybrid"].get("answer_fallbacks", 0) == 0 and entries["hybrid+answer(down)"]["answer_fallbacks"] == 1
+    assert entries["hybrid"]["answers_passed"] == entries["hybrid+answer(down)"]["answers_passed"] == 1.0
+    assert run.variants["hybrid"].rankings == run.variants["hybrid+answer(down)"].rankings
+    with pytest.raises(ConfigError, match=re.escape("no answerer was built for hybrid+answer(down)")):
+        run_eval(p, suite.evalset, variants, generator=p.generator)
+    configured, other = "openai:http://127.0.0.1:9/v1", "ollama:http://127.0.0.1:9"
+    built = build_answerers(Settings(llm=configured), p, ["extractive", other, configured])
+    assert type(built["extractive"]).__name__ == "ExtractiveGenerator"
+    assert built[configured] is p.generator, "the configured answerer is the pipeline's own, not a second copy"
+    assert "ollama" in built[other].name and built[other] is not p.generator
 
 
 # --- seed 001, replayed on the sample corpus with the real embedder -------------------------------------

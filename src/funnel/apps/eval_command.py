@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from funnel.apps.factory import build_pipeline
+from funnel.apps.factory import build_answerers, build_pipeline
 from funnel.apps.settings import Settings
 from funnel.errors import ConfigError, missing_dependency
 from funnel.index import location_label
@@ -59,6 +59,7 @@ def run_eval_command(settings: Settings, options: EvalOptions, console: Console,
     from funnel.eval import report
     from funnel.eval.suite import default_index_dir, open_suite
     from funnel.eval.variants import DEFAULT, parse_variants
+    from funnel.eval.variants import answerers as variant_answerers
 
     options.check()
     try:
@@ -82,7 +83,8 @@ def run_eval_command(settings: Settings, options: EvalOptions, console: Console,
         index = default_index_dir(suite, embedder, settings.section("eval").cache)
         settings = settings.model_copy(update={"index": index, "embedder": embedder})
     pipeline = build_pipeline(settings)
-    run, ingest, calibration = _index_and_run(pipeline, suite, variants, options, err_console)
+    answerers = build_answerers(settings, pipeline, variant_answerers(variants))  # `+answer(...)` variants
+    run, ingest, calibration = _index_and_run(pipeline, suite, variants, options, err_console, answerers)
     for problem in ingest.problems:
         err_console.print(Text.assemble(("skipped", "yellow"), f" {problem}"))
     err_console.print(f"index {location_label(settings.index)}: {ingest.chunks} chunks embedded now, "
@@ -103,7 +105,7 @@ def run_eval_command(settings: Settings, options: EvalOptions, console: Console,
     return failures
 
 
-def _index_and_run(pipeline, suite, variants, options: EvalOptions, err_console: Console):
+def _index_and_run(pipeline, suite, variants, options: EvalOptions, err_console: Console, answerers=None):
     """Build (or update) the suite's index, calibrate it when `default` needs that, and run the variants;
     under one progress bar. Returns the run, the ingest report and the calibration made (or None)."""
     from funnel.eval.runner import run_eval
@@ -124,7 +126,7 @@ def _index_and_run(pipeline, suite, variants, options: EvalOptions, err_console:
             calibration = pipeline.calibrate(progress=lambda d, t: bar.update(task, completed=d, total=t))
         bar.update(task, description="queries", completed=0, total=len(suite.evalset.queries))
         run = run_eval(pipeline, suite.evalset, variants, options.depth, pipeline.generator,
-                       lambda d, t: bar.update(task, completed=d, total=t))
+                       lambda d, t: bar.update(task, completed=d, total=t), answerers)
     return run, ingest, calibration
 
 

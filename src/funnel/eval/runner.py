@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from funnel.eval.beir import EvalSet
 from funnel.eval.questions import page_unit, source_key
+from funnel.errors import ConfigError
 from funnel.eval.variants import Variant
 from funnel.generate.base import Generator
 from funnel.generate.context import with_continuations
@@ -124,18 +126,25 @@ def run_eval(
     depth: int = 100,
     generator: Generator | None = None,
     progress=None,
+    answerers: Mapping[str, Generator] | None = None,
 ) -> EvalRun:
     """Every variant's ranking, per query. The top of each ranking is what `Pipeline.search` returns with
     that retrieval mode and policy (its own steps: same per-retriever N, same window with at most
     chunks_per_document per document); below it, a deeper first stage fills the ranking to `depth` so
-    recall@100 can be measured."""
+    recall@100 can be measured. A variant with `+answer(NAME)` is answered by `answerers[NAME]`, the others
+    by `generator`."""
     runs = {v.name: VariantRun(v) for v in variants}
     if pipeline.reranker is None:
         for v in variants:
             if v.reranks:
                 runs[v.name].skipped_reason = "no reranker configured"
     active = [v for v in variants if not runs[v.name].skipped_reason]
-    generator = generator if evalset.answers or evalset.abstain else None
+    answers = bool(evalset.answers or evalset.abstain)
+    built = answerers or {}
+    missing = [v.name for v in variants if v.answerer and v.answerer not in built]
+    if missing:
+        raise ConfigError(f"no answerer was built for {', '.join(missing)}")
+    generators = {v.name: built[v.answerer] if v.answerer else generator for v in variants}
     product = pipeline.plan("", policy=RerankPolicy.NONE)  # what a search asks of the first stage
     n_deep = max(product.first_stage.per_retriever, product.candidates, 3 * depth)
     needs_lexical = any(v.retrieval in (Retrieval.HYBRID, Retrieval.BM25) for v in active)
@@ -156,7 +165,7 @@ def run_eval(
         answer_ms = default_ms = 0.0
         for v in active:
             spent = _run_variant(pipeline, evalset, runs[v.name], policies.get(v.name), qid, query, shared,
-                                 depth, generator)
+                                 depth, generators[v.name] if answers else None)
             default_ms += spent[0]
             answer_ms += spent[1]
         t3 = time.perf_counter()
