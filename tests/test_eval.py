@@ -598,7 +598,9 @@ def test_a_question_set_is_judged_by_page_and_limit_keeps_only_its_questions(tmp
     assert list(limited.pages) == ["weight"] and list(limited.answers) == ["weight"]
 
 
-def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tmp_path):
+def _acme_with_a_dead_llm(tmp_path):
+    """One question over one document, indexed; and an LLM answerer whose server is down (the extractive answer
+    its fallback): (suite, pipeline, that answerer, the dead port)."""
     from funnel.generate.extractive import ExtractiveGenerator
     from funnel.generate.llm import FallbackGenerator, LlmGenerator
     from funnel.generate.openai_compat import OpenAIChat
@@ -616,7 +618,11 @@ def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tm
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     llm = LlmGenerator(OpenAIChat(f"http://127.0.0.1:{port}/v1", model="m", timeout=2))
-    generator = FallbackGenerator(llm, ExtractiveGenerator(p.embedder))
+    return suite, p, FallbackGenerator(llm, ExtractiveGenerator(p.embedder)), port
+
+
+def test_an_llm_that_fails_is_counted_not_hidden_behind_the_extractive_answer(tmp_path):
+    suite, p, generator, port = _acme_with_a_dead_llm(tmp_path)
     run = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=generator)
     assert run.variants["hybrid"].passed == {"q1": True}  # the extractive answer stood in ...
     entry = report.results_json(report.score(run, "hybrid"), [])["variants"]["hybrid"]
@@ -630,24 +636,8 @@ def test_answerers_are_scored_side_by_side_on_one_ranking(tmp_path):
     one line, not a silent extractive answer."""
     from funnel.apps.factory import build_answerers
     from funnel.apps.settings import Settings
-    from funnel.generate.extractive import ExtractiveGenerator
-    from funnel.generate.llm import FallbackGenerator, LlmGenerator
-    from funnel.generate.openai_compat import OpenAIChat
 
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "acme.txt").write_text("The CEO of Acme is Jane Roe.\n")
-    (tmp_path / "qs.yaml").write_text(
-        "documents: docs\nquestions:\n  - {question: 'Who is the CEO of Acme?', sources: acme.txt, answer_contains: Roe}\n"
-    )
-    suite = open_suite(tmp_path / "qs.yaml")
-    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
-    build_index(p, suite)
-    with socket.socket() as s:  # a port nothing listens on: the LLM is down
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    down = FallbackGenerator(LlmGenerator(OpenAIChat(f"http://127.0.0.1:{port}/v1", model="m", timeout=2)),
-                             ExtractiveGenerator(p.embedder))
+    suite, p, down, _ = _acme_with_a_dead_llm(tmp_path)
     variants = parse_variants("hybrid,hybrid+answer(down)")
     run = run_eval(p, suite.evalset, variants, generator=p.generator, answerers={"down": down})
     entries = report.results_json(report.score(run, "hybrid"), [])["variants"]
