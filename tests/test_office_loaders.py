@@ -356,3 +356,39 @@ def test_an_ingest_lists_each_bad_office_file_in_one_line_and_goes_on(tmp_path):
     assert reasons["secret.docx"].startswith("password-protected or an old binary Office file")
     assert reasons["cut.pptx"].startswith("corrupt or truncated PowerPoint presentation (")
     assert all("\n" not in str(p) and "could not be read" not in p.reason for p in report.problems)
+
+
+PANDOC_ODT = Path(__file__).parent / "data" / "pandoc_dejavu_readme.odt"
+
+
+def test_an_odt_written_by_pandoc_is_read_whole_and_prints_nothing(capfd):
+    # pandoc indents its XML (odfpy took the white space before <office:text> for the body: "empty file")
+    # and declares namespaces one to a line (odfpy declared them twice and printed styles.xml to stdout).
+    document = load_odt(PANDOC_ODT, "d", "readme.odt")
+    text = "\n".join(section.text for section in document.sections)
+    assert "The DejaVu fonts are a font family based on the Bitstream Vera Fonts" in text
+    assert "DejaVu Serif Condensed Bold Italic (experimental)" in text
+    assert document.sections[1].heading.startswith("DejaVu fonts 2.37")  # after the badge's alt text
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_an_ingest_of_every_real_sample_keeps_stdout_clean(tmp_path, capfd):
+    # Each loader's real files (bench/data holds one folder per format set) in one folder: what reaches
+    # stdout is funnel's alone, and the library API prints nothing.
+    import shutil
+
+    import funnel
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(PANDOC_ODT, docs)
+    bench = Path(__file__).resolve().parents[1] / "bench" / "data"
+    for path in sorted(bench.glob("*/docs/*")):
+        if path.is_file() and path.stat().st_size < 2_000_000 and path.suffix.lower() != ".pdf":
+            shutil.copy(path, docs / f"{path.parent.parent.name}-{path.name}")
+    report = funnel.open(tmp_path / "index", embedder="hashing", reranker="none").ingest([docs])
+    assert report.added >= 20
+    assert "readme.odt" not in str([problem.path for problem in report.problems])
+    out, _ = capfd.readouterr()
+    assert out == ""

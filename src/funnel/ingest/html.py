@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from funnel.errors import IngestError, missing_dependency
-from funnel.ingest.text import file_document, name_headers, table_row_line
+from funnel.ingest.text import file_document, table_lines
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
 HTML = Kind("html")
@@ -209,9 +209,7 @@ class HtmlWalk:
         if len(rows) < 2:  # a layout table, or a lone row: prose
             self.paragraphs += [" ".join(cell for cell in row if cell) for row in rows]
             return
-        header = name_headers(rows[0])
-        lines = [table_row_line(header + [f"Column {i}" for i in range(len(header) + 1, len(row) + 1)], row)
-                 for row in rows[1:]]
+        lines = table_lines(rows)
         text = "\n".join(line for line in lines if line)
         if text:
             self.out.append(Section(text=text, kind=SectionKind.TABLE, heading=self._trail()))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from funnel.errors import IngestError, missing_dependency
-from funnel.ingest.text import file_document, name_headers, table_row_line
+from funnel.ingest.text import file_document, table_lines  # table_lines: the Office loaders' tables
 from funnel.ingest.zipped import zip_is_safe
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -103,20 +103,6 @@ def loaded(
         document = replace(document, title=" ".join(title.split()))
     return LoadedDocument(document=document, sections=tuple(sections))
 
-
-def table_lines(rows: list[list[str]]) -> list[str]:
-    """A table's rows, the first its header, as "Header: value | Header: value" lines (CSV's form); cells
-    past the header's width are named "Column N", an empty row is left out."""
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    if not rows:
-        return []
-    header = name_headers(rows[0])
-    lines = []
-    for cells in rows[1:]:
-        names = header + [f"Column {i}" for i in range(len(header) + 1, len(cells) + 1)]
-        if line := table_row_line(names, cells):
-            lines.append(line)
-    return lines
 
 
 def one_line(text: str) -> str:

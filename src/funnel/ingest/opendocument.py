@@ -8,6 +8,7 @@ MAX_REPEAT (a spreadsheet-made table repeats an empty cell thousands of times, a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
 from collections.abc import Iterator
@@ -28,17 +29,83 @@ _UNREAD = {(OFFICE, "annotation"), (OFFICE, "annotation-end"), (TEXT, "note-cita
            (TEXT, "tracked-changes"), (SVG, "title"), (SVG, "desc")}
 _ROW_GROUPS = {(TABLE, "table-header-rows"), (TABLE, "table-rows"), (TABLE, "table-row-group")}
 _CELLS = {(TABLE, "table-cell"), (TABLE, "covered-table-cell")}
+_NOTE_BODY = (TEXT, "note-body")
+_ODFPY_FAILED = "SAX FAILED TO PARSE"  # what odfpy prints before a part it could not parse
+_ODFPY_PARTS = ("settings.xml", "meta.xml", "content.xml", "styles.xml")  # the parts odfpy parses
 
 
 def load_odf(raw: bytes, display_path: str, label: str) -> Any:
-    """The odfpy document of a package `read_package` checked; an encrypted one is refused first."""
+    """The odfpy document of a package whose sizes were checked; an encrypted one is refused first.
+
+    odfpy prints an XML part it cannot parse to stdout, whole, and goes on without it. It also breaks parts
+    itself: it adds namespace declarations it thinks missing by looking for " xmlns:x" after a space, so a
+    part that declares them one to a line (pandoc's) gets each twice, and its content is lost ("empty
+    file"). So odfpy runs with its stdout captured, and when it failed on a part the package is read again
+    from its XML parts re-written by lxml (one line, the same content); a part lxml cannot parse either is
+    left out, except content.xml, without which there is no document.
+    """
     from odf.opendocument import load
 
     with zipfile.ZipFile(io.BytesIO(raw)) as archive:
         if "META-INF/manifest.xml" in archive.namelist():
             if b"encryption-data" in archive.read("META-INF/manifest.xml"):
                 raise IngestError(display_path, f"password-protected {label} (save it without a password)")
-    return load(io.BytesIO(raw))
+        document, failed = _quiet(load, io.BytesIO(raw))
+        if not failed:
+            return document
+        document, failed = _quiet(load, io.BytesIO(_rewritten(archive, display_path, label)))
+    if failed:
+        raise IngestError(display_path, f"not a readable {label} (its XML does not parse)")
+    return document
+
+
+def quiet_load(source: Any) -> Any:
+    """odfpy's `load` with its stdout captured (`load_odf`); a part it failed on raises `ValueError`."""
+    from odf.opendocument import load
+
+    document, failed = _quiet(load, source)
+    if failed:
+        raise ValueError("an XML part does not parse")
+    return document
+
+
+def _quiet(load: Any, source: Any) -> tuple[Any, bool]:
+    """odfpy's `load(source)`, and whether it printed a part it failed to parse (printed nowhere)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        document = load(source)
+    return document, _ODFPY_FAILED in printed.getvalue()
+
+
+def _rewritten(archive: zipfile.ZipFile, display_path: str, label: str) -> bytes:
+    """The package again, each of its XML parts parsed and written back by lxml (which declares namespaces
+    on one line); a part that does not parse is left out, content.xml excepted."""
+    from lxml import etree
+
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as package:
+        for entry in archive.infolist():
+            data = archive.read(entry)
+            if entry.filename in _ODFPY_PARTS:
+                try:
+                    data = etree.tostring(etree.fromstring(data, parser), xml_declaration=True, encoding="UTF-8")
+                except etree.XMLSyntaxError as e:
+                    if entry.filename == "content.xml":
+                        raise IngestError(display_path, f"not a readable {label} (content.xml: {e})") from e
+                    continue
+            package.writestr(entry, data)
+    return out.getvalue()
+
+
+def body(document: Any, name: str) -> Any | None:
+    """The document's `office:<name>` body ("text", "presentation", "spreadsheet"), or None. Not odfpy's
+    `document.text` and the like: those are the body's first child, which is white space in a package
+    written with its XML indented (pandoc's), and so an .odt read as empty."""
+    for child in elements(document.body):
+        if child.qname == (OFFICE, name):
+            return child
+    return None
 
 
 def qname(node: Any) -> tuple[str, str] | None:
@@ -72,6 +139,9 @@ def _gather(node: Any, parts: list[str]) -> None:
             parts.append(" " * min(_count(attr(child, TEXT, "c")), MAX_REPEAT))
         elif child.qname in _BREAKS:
             parts.append(" ")
+        elif child.qname == _NOTE_BODY:  # a footnote's text, read where its mark stands, a space apart
+            parts.append(" ")
+            _gather(child, parts)
         else:
             _gather(child, parts)
             if child.qname in {(TEXT, "p"), (TEXT, "h")}:

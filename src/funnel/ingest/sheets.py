@@ -30,6 +30,7 @@ from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
 from funnel.ingest import table
+from funnel.ingest.opendocument import body as opendocument_body, quiet_load
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.ingest.zipped import open_zip
 from funnel.types import Kind, LoadedDocument, Section
@@ -121,7 +122,7 @@ def load_ods(
     path: Path, doc_id: str, display_path: str, language: str | None = None, pages: object = None
 ) -> LoadedDocument:
     """An OpenDocument spreadsheet as TABLE sections, a group per sheet."""
-    opendocument = _library(display_path, "ods", "odfpy", "odf.opendocument")
+    _library(display_path, "ods", "odfpy", "odf.opendocument")
     from odf.table import Table
 
     with open_zip(path, display_path, "OpenDocument spreadsheet") as archive:
@@ -133,13 +134,13 @@ def load_ods(
         raise IngestError(display_path, f"its XML unpacks to {size / 2**20:,.0f} MB, over "
                                         f"{MAX_ODS_XML_BYTES // 2**20} MB; save it as .xlsx or CSV")
     try:
-        document = opendocument.load(str(path))
+        document = quiet_load(str(path))  # odfpy's load, printing nothing
     except Exception as e:  # odfpy passes on zipfile's, expat's and its own errors for a damaged file
         raise IngestError(display_path, f"not a readable OpenDocument spreadsheet ({type(e).__name__}: {e})"
                           ) from e
-    # odfpy sets `spreadsheet` only on a spreadsheet: a text or presentation whose mimetype entry says
-    # spreadsheet has none (found by tests/reliability/test_reliability_loaders.py).
-    body = getattr(document, "spreadsheet", None)
+    # A text or presentation whose mimetype entry says spreadsheet has no spreadsheet body (found by
+    # tests/reliability/test_reliability_loaders.py).
+    body = opendocument_body(document, "spreadsheet")
     tables = body.getElementsByType(Table) if body else []
     sheets = ((sheet.getAttribute("name") or "Sheet", _ods_rows(sheet)) for sheet in tables)
     sections = workbook_sections(sheets, display_path, "OpenDocument spreadsheet")
@@ -216,8 +217,7 @@ def _sheet_sections(rows: Iterable[tuple[int, Row]], budget: _Budget) -> list[Se
             header = name_headers(cells) if labels else []
             if labels:
                 continue
-        names = header + [f"Column {i}" for i in range(len(header) + 1, len(cells) + 1)]
-        line = table_row_line(names, cells)
+        line = table_row_line(header, cells)
         if line:
             budget.spend(line)
             runs.add(line, number, number)

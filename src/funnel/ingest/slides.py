@@ -14,6 +14,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from funnel.errors import IngestError
 from funnel.ingest import opendocument as odf
 from funnel.ingest.office import library, loaded, parsed, read_package, slide_sections
 from funnel.types import Kind, LoadedDocument, Section
@@ -110,7 +111,10 @@ def load_odp(
         document = odf.load_odf(raw, display_path, ODP_LABEL)
         sections: list[Section] = []
         first_title = None
-        slides = [page for page in odf.elements(document.presentation) if page.qname == (odf.DRAW, "page")]
+        presentation = odf.body(document, "presentation")
+        if presentation is None:
+            raise IngestError(display_path, f"not a readable {ODP_LABEL} (it has no presentation body)")
+        slides = [page for page in odf.elements(presentation) if page.qname == (odf.DRAW, "page")]
         for number, page in enumerate(slides, start=1):
             read = _Slide()
             _odp_shapes(page, read)

@@ -72,8 +72,7 @@ def table_sections(text: str, dialect: type[csv.Dialect], display_path: str) -> 
             if header is None:
                 header = name_headers(cells)
                 continue
-            names = header + [f"Column {i}" for i in range(len(header) + 1, len(cells) + 1)]
-            row = table_row_line(names, cells)
+            row = table_row_line(header, cells)
             if not row:
                 continue  # every cell empty: no row, and the next one starts a new section
             rows += 1

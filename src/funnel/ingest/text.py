@@ -89,13 +89,30 @@ def parse_markdown(text: str) -> list[Section]:
 
 
 def table_row_line(headers: list[str], cells: list[str]) -> str:
-    """One table row as "Header: value | Header: value"; empty cells are left out, they say nothing."""
+    """One table row as "Header: value | Header: value"; empty cells are left out, they say nothing, and a
+    cell past the header's width is named "Column N". The one form every loader's table rows take (CSV,
+    spreadsheets, Word, OpenDocument, web pages, PDF)."""
     parts = []
-    for header, cell in zip(headers, cells):
+    names = list(headers) + [f"Column {i}" for i in range(len(headers) + 1, len(cells) + 1)]
+    for header, cell in zip(names, cells):
         value = " ".join(cell.split())
         if value:
             parts.append(f"{header}: {value}")
     return " | ".join(parts)
+
+
+def table_lines(rows: list[list[str]]) -> list[str]:
+    """A table's rows, the first its header, as "Header: value | Header: value" lines (CSV's form); cells
+    past the header's width are named "Column N", an empty row is left out."""
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    if not rows:
+        return []
+    header = name_headers(rows[0])
+    lines = []
+    for cells in rows[1:]:
+        if line := table_row_line(header, cells):
+            lines.append(line)
+    return lines
 
 
 def name_headers(cells: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from funnel.errors import IngestError
 from funnel.ingest import opendocument as odf
 from funnel.ingest.office import Outline, library, loaded, parsed, read_package
 from funnel.types import Kind, LoadedDocument
@@ -133,7 +134,10 @@ def load_odt(
     def parse() -> tuple[list, str | None]:
         document = odf.load_odf(raw, display_path, ODT_LABEL)
         outline = Outline()
-        _read_odt_body(document.text, outline, _title_styles(document))
+        text = odf.body(document, "text")
+        if text is None:
+            raise IngestError(display_path, f"not a readable {ODT_LABEL} (it has no text body)")
+        _read_odt_body(text, outline, _title_styles(document))
         return outline.done(), odf.meta_title(document) or outline.first_heading
 
     sections, title = parsed(display_path, ODT_LABEL, parse)
