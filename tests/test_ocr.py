@@ -223,3 +223,61 @@ def test_a_folder_with_a_bomb_and_no_engine_keeps_the_rest(monkeypatch, tmp_path
     assert problems["scan.pdf"].startswith("no extractable text: no text layer (a scanned PDF?), and OCR")
     assert all("\n" not in reason for reason in problems.values())
     assert p.search("boiler serviced October", k=1).documents[0].path.endswith("notes.txt")
+
+
+def test_scanned_pages_ocr_failed_on_are_named_as_warnings(monkeypatch, tmp_path):
+    # A mixed PDF (a text page, two scans) on a machine without Tesseract: the text page is indexed, and the
+    # two scans are not dropped without a word: the loaded document, the ingest report and its JSON say so.
+    from funnel.apps.state.documents import DocumentRecord
+
+    mixed = mixed_pdf_of_two_scans(tmp_path)
+    folder = mixed.parent
+    no_tesseract(monkeypatch, tmp_path)
+
+    loaded = load_pdf(mixed, "mixed.pdf", "mixed.pdf")
+    assert [s.page for s in loaded.sections] == [1]
+    (warning,) = loaded.warnings
+    assert warning.startswith("2 scanned pages not read (p. 2, 3): OCR failed: ") and "\n" not in warning
+    assert "tesseract" in warning.lower()
+
+    report = pipeline(tmp_path).ingest([folder])
+    assert (report.added, report.problems) == (1, [])
+    assert [w for _, w in report.warnings] == [warning]
+    assert report.to_json()["warnings"] == [{"path": report.warnings[0][0], "warning": warning}]
+    record = DocumentRecord(id="d", filename="mixed.pdf", kind="pdf", bytes=1, sha256="x", uploaded_at="",
+                            warnings=loaded.warnings)
+    assert DocumentRecord.from_json(record.to_json()) == record  # kept in the collection's document list
+
+
+def mixed_pdf_of_two_scans(tmp_path: Path) -> Path:
+    """docs/mixed.pdf: a page with a text layer, then two scanned pages."""
+    pypdf = pytest.importorskip("pypdf")
+    text_page = text_pdf(tmp_path / "text.pdf", "This page has a text layer about quarterly meetings.")
+    scans = scanned_pdf(tmp_path / "scan.pdf", page_image("first scan"), page_image("second scan"))
+    writer = pypdf.PdfWriter()
+    for part in (text_page, scans):
+        writer.append(pypdf.PdfReader(part))
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    writer.write(folder / "mixed.pdf")
+    return folder / "mixed.pdf"
+
+
+@pytest.mark.slow
+def test_an_uploaded_pdf_lists_its_unread_scanned_pages(monkeypatch, tmp_path):
+    import httpx
+    from api_support import upload, wait_done
+    from helpers import serving
+
+    from funnel.apps.api import create_app
+    from funnel.apps.settings import Settings
+
+    mixed = mixed_pdf_of_two_scans(tmp_path)
+    no_tesseract(monkeypatch, tmp_path)
+    app = create_app(Settings(embedder="hashing", data_dir=tmp_path / "data"))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        assert upload(client, "default", [("mixed.pdf", mixed.read_bytes())]).status_code == 202
+        (doc,) = wait_done(client, "default")
+    assert doc["status"] == "ready" and doc["chunks"] >= 1
+    (warning,) = doc["warnings"]
+    assert warning.startswith("2 scanned pages not read (p. 2, 3): OCR failed: ")

@@ -50,6 +50,8 @@ class IngestReport:
     removed: int = 0
     chunks: int = 0
     problems: list[IngestError] = field(default_factory=list)
+    # Documents indexed with a part left unread (scanned pages OCR failed on): (path, what), a line each.
+    warnings: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     # Files in the named folders that no loader takes, by extension (walk's `unsupported`): not problems,
     # but counted so that no file leaves without a word.
@@ -71,6 +73,7 @@ class IngestReport:
             "added": self.added, "updated": self.updated, "unchanged": self.unchanged,
             "removed": self.removed, "chunks": self.chunks, "seconds": round(self.seconds, 3),
             "skipped": [{"path": p.path, "reason": p.reason} for p in self.problems],
+            "warnings": [{"path": path, "warning": warning} for path, warning in self.warnings],
             "not_a_document_type": {"files": sum(self.unsupported.values()),
                                     "by_extension": dict(self.unsupported)},
         }
@@ -284,6 +287,7 @@ class Indexer:
                 report.problems.append(IngestError(loaded.document.path, "no text to index"))
                 yield item, [], False
                 continue
+            report.warnings += [(loaded.document.path, warning) for warning in loaded.warnings]
             if item.is_new:
                 report.added += 1
             else:

@@ -77,6 +77,9 @@ class Document:
 class LoadedDocument:
     document: Document
     sections: tuple[Section, ...]
+    # What the loader could not read of a document it still loaded, a line each ("2 scanned pages not read
+    # (p. 3, 7): OCR failed: …"): shown by ingest, its --json, the API and the page, so no page goes silently.
+    warnings: tuple[str, ...] = ()
 
 
 # How a kind of document names the places of its chunks: (page unit, line unit), e.g. ("slide ", "L") for a

@@ -105,7 +105,7 @@ def load_pdf(
     if not sections:
         raise IngestError(display_path, _why_empty(scans))
     document = file_document(doc_id, display_path, Kind.PDF, raw)
-    return LoadedDocument(document=document, sections=tuple(sections))
+    return LoadedDocument(document=document, sections=tuple(sections), warnings=scans.warnings())
 
 
 def _why_empty(scans: ScannedPages) -> str:

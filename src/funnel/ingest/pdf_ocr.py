@@ -13,6 +13,7 @@ from funnel.ingest.pdf_layout import Line, PdfiumPages
 # engine left a blank line. Size 0 and no characters counted keep these lines out of heading detection.
 _LINE_STEP = 12.0
 _PARAGRAPH_STEP = 24.0
+_LISTED = 10  # dropped pages named in a warning; past these, how many more
 
 
 def has_text_layer(page: Any) -> bool:
@@ -30,15 +31,28 @@ class ScannedPages(PdfiumPages):
         self.dpi = dpi
         self.failure: str | None = None
         self.read_pages = 0
+        self.dropped: list[int] = []  # the scanned pages (1-based) not read because OCR failed
+
+    def warnings(self) -> tuple[str, ...]:
+        """The line saying which scanned pages went unread and why; none when OCR read them all."""
+        if not self.dropped:
+            return ()
+        pages = ", ".join(str(n) for n in self.dropped[:_LISTED])
+        more = f" and {len(self.dropped) - _LISTED} more" if len(self.dropped) > _LISTED else ""
+        plural = "s" if len(self.dropped) > 1 else ""
+        return (f"{len(self.dropped)} scanned page{plural} not read (p. {pages}{more}): OCR failed: "
+                f"{self.failure}",)
 
     def lines(self, index: int) -> list[Line]:
         """The OCR'd lines of page `index` (0-based); none once the engine has failed."""
         if self.failure is not None:
+            self.dropped.append(index + 1)
             return []
         try:
             text = self._engine().read(self._render(index))
         except OcrFailed as e:
             self.failure = str(e)
+            self.dropped.append(index + 1)
             return []
         self.read_pages += 1
         lines, top = [], 0.0

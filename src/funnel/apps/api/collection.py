@@ -380,7 +380,8 @@ class Collection:
             error = one_line(f"could not be ingested ({type(e).__name__}: {e})")
             self.registry.update(doc_id, status=DocumentStatus.FAILED, error=error, chunks=0, **NO_PROGRESS)
             return False
-        self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, **NO_PROGRESS)
+        self.registry.update(doc_id, status=DocumentStatus.READY, chunks=chunks, warnings=loaded.warnings,
+                             **NO_PROGRESS)
         return True
 
     def _drop_chunks(self, doc_id: str, lease: Lease | None = None) -> bool:

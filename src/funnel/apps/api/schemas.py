@@ -61,6 +61,10 @@ class DocumentOut(BaseModel):
     )
     progress_done: int | None = Field(None, description="the numbers in `progress`: place, pages or chunks")
     progress_total: int | None = Field(None, description="of this many")
+    warnings: list[str] = Field(
+        [], description="what was left unread of a ready document, a line each: '2 scanned pages not read "
+        "(p. 3, 7): OCR failed: …'",
+    )
 
     @classmethod
     def of(cls, record: DocumentRecord) -> DocumentOut:
@@ -68,7 +72,7 @@ class DocumentOut(BaseModel):
             id=record.id, filename=record.filename, kind=record.kind, status=record.status.value,
             error=record.error, chunks=record.chunks, bytes=record.bytes, uploaded_at=record.uploaded_at,
             progress=record.progress, progress_done=record.progress_done,
-            progress_total=record.progress_total,
+            progress_total=record.progress_total, warnings=list(record.warnings),
         )
 
 

@@ -87,6 +87,8 @@ def _summary(report, index: str, as_json: bool) -> None:
         return
     for problem in report.problems:
         err.print(styled("skipped", "yellow", str(problem)))
+    for path, warning in report.warnings:
+        err.print(styled("warning", "yellow", f"{path}: {warning}"))
     out.print(
         f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
         f"{report.removed} removed, {len(report.problems)} skipped; {report.chunks} chunks embedded "

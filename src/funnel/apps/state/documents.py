@@ -46,6 +46,7 @@ class DocumentRecord:
     progress: str | None = None  # while ingesting: "page 120 of 2415" (a PDF read), "chunks 512 of 2048"
     progress_done: int | None = None  # the numbers in `progress`: pages read or chunks embedded,
     progress_total: int | None = None  # of this many
+    warnings: tuple[str, ...] = ()  # what was left unread of a ready document (`LoadedDocument.warnings`)
 
     def to_json(self) -> dict:
         return {**dataclasses.asdict(self), "status": self.status.value}
@@ -54,7 +55,8 @@ class DocumentRecord:
     def from_json(cls, data: dict) -> DocumentRecord:
         fields = {f.name for f in dataclasses.fields(cls)}
         known = {k: v for k, v in data.items() if k in fields}
-        return cls(**{**known, "status": DocumentStatus(data["status"])})
+        return cls(**{**known, "status": DocumentStatus(data["status"]),
+                      "warnings": tuple(data.get("warnings") or ())})
 
 
 def utc_now() -> str:

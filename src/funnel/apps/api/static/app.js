@@ -300,6 +300,7 @@ function statusCell(doc) {
   const cell = h("td", {}, h("span", { class: `status status-${status}` }, status));
   if (doc.progress) cell.append(h("span", { class: "muted small doc-progress" }, ` ${doc.progress}`));
   if (doc.error) cell.append(h("span", { class: "error small doc-error" }, ` ${describeDetail(doc.error)}`));
+  for (const warning of doc.warnings || []) cell.append(h("span", { class: "small doc-warning" }, ` ${warning}`));
   return cell;
 }
 
