@@ -13,6 +13,7 @@ import numpy as np
 
 from funnel.analyze import SENTENCE_END, default_analyzer, has_cjk
 from funnel.embed.base import Embedder, embed_queries
+from funnel.generate.mail_fields import header_scores
 from funnel.generate.question_parts import question_parts
 from funnel.generate.table_cells import cell_answer, find_cell
 from funnel.types import Answer, Chunk, Citation, SearchResult
@@ -203,6 +204,7 @@ class ExtractiveGenerator:
             # An English embedder reads Hangul as noise (unrelated Korean questions: mean cosine 0.675), so for
             # a question in those scripts the shared terms decide and the cosine only breaks ties.
             scores = (0.1 if cjk else 1.0) * (sentences @ vector) + self.lexical_weight * lexical
+            scores = header_scores(part, pool, scores)  # "who sent ...": the message's From: line
             if len(asked) == 1 and (cell := find_cell(part, pool, scores)) is not None:  # a table lookup
                 return cell_answer(question, cell, result, self.name), True
             chosen += self._choose(scores, pool, chosen, parts=len(asked))
