@@ -28,14 +28,14 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-run: install ocr
+run: install ocr legacy
 	$(BIN)/funnel ingest samples/docs --index $(DEMO) \
 		|| (! command -v tesseract >/dev/null && echo "make run: no Tesseract, so the scan was skipped")
 	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
 	# A question the samples do not answer: funnel says so and lists the closest passages, not an answer.
 	$(BIN)/funnel ask "Who leads Project Heron and what is its budget?" --index $(DEMO)
 
-test: install $(LLM_STAMP) browser ocr
+test: install $(LLM_STAMP) browser ocr legacy
 	$(BIN)/python -m pytest -q
 
 # The edit loop's lane: no real model, no process, server or PostgreSQL started per test (tests/conftest.py
@@ -128,6 +128,22 @@ else
 		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 		    tesseract-ocr tesseract-ocr-eng tesseract-ocr-kor) \
 		|| echo "make ocr: could not install tesseract-ocr (root and Debian's apt needed); scans will be skipped"
+endif
+
+# Word 97-2003 documents (.doc, src/funnel/ingest/legacy_office.py): Debian's antiword (headings, lists and
+# tables as DocBook) and catdoc (Word 6 and older), ~1.3 MB together with no other package. As for OCR:
+# apt-get, as root, only when either program is missing. `make run LEGACY=skip` / `make test LEGACY=skip`
+# leave the system alone; .doc files are then skipped with one line each and the tests that read them skip.
+LEGACY ?= install
+.PHONY: legacy
+legacy:
+ifeq ($(LEGACY),skip)
+	@echo "make legacy: skipped (LEGACY=skip); .doc files will be skipped with one line each"
+else
+	command -v antiword >/dev/null && command -v catdoc >/dev/null \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		    antiword catdoc) \
+		|| echo "make legacy: could not install antiword and catdoc (root and Debian's apt needed); .doc files will be skipped"
 endif
 
 # A real LLM server for tests/test_llm_real.py: llama-cpp-python's OpenAI-compatible server and Gemma 3 270M

@@ -18,6 +18,7 @@ abstained (abstained_unanswerable; abstained_answerable counts the others that d
 recorded. Until a type has a loader its files are reported as not ingested; that is a result, not an error.
 
     .venv/bin/python bench/formats.py [--index DIR] [--out bench/results/formats.json] [--limit N]
+                                      [--data bench/data/hwp]  (another folder of questions.yaml + docs)
 """
 
 from __future__ import annotations
@@ -163,12 +164,14 @@ def main() -> int:
     parser.add_argument("--index", help="a folder for the new index (default: a temporary one)")
     parser.add_argument("--out", default=str(HERE / "results" / "formats.json"))
     parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--data", default=str(DATA), help="a folder holding questions.yaml and its documents")
     args = parser.parse_args()
     from funnel.apps.settings import load_settings
     from funnel.pipeline import Pipeline
 
-    data = yaml.safe_load((DATA / "questions.yaml").read_text(encoding="utf-8"))
-    docs = (DATA / data.get("documents", "docs")).resolve()
+    folder = Path(args.data)
+    data = yaml.safe_load((folder / "questions.yaml").read_text(encoding="utf-8"))
+    docs = (folder / data.get("documents", "docs")).resolve()
     questions = data["questions"][: args.limit]
     with tempfile.TemporaryDirectory(prefix="funnel-formats-") as tmp:
         index = Path(args.index) if args.index else Path(tmp) / "index"

@@ -79,6 +79,21 @@ def test_zip_recognisers_look_inside_the_zip(tmp_path):
     assert not WORD(Probe(b"PK\x03\x04 truncated", Path("x.docx"), io.BytesIO(b"PK\x03\x04 truncated")))
 
 
+def test_a_zip_is_listed_once_however_many_rows_ask(tmp_path, monkeypatch):
+    import funnel.ingest.loaders as loaders
+
+    opened = []
+    real = zipfile.ZipFile
+    monkeypatch.setattr(loaders.zipfile, "ZipFile", lambda *a, **k: opened.append(a) or real(*a, **k))
+    for data, kind in [(PLAIN_ZIP, None), (WORD_ZIP, Kind("docx"))]:
+        opened.clear()
+        path = tmp_path / "x.zip"
+        path.write_bytes(data)
+        found = find(path, data[:8192], path)
+        assert (found[0].kind if found else None) == kind
+        assert len(opened) == 1  # Word, PowerPoint and Excel each look for their parts in one listing
+
+
 WORD_MARK = BY_KIND[Kind("docx")].mark  # the Word loader's row (issue 32), binary and zip-based
 
 

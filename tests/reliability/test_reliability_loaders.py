@@ -35,7 +35,8 @@ from funnel.ingest.loaders import LOADERS, SNIFF_BYTES, Loader, find, looks_bina
 from funnel.ingest.walk import SourceFile
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_DIRS = [REPO / "samples", REPO / "tests" / "data", REPO / "bench" / "data" / "formats"]
+SAMPLE_DIRS = [REPO / "samples", REPO / "tests" / "data", REPO / "bench" / "data" / "formats",
+               REPO / "bench" / "data" / "hwp", REPO / "bench" / "data" / "legacy"]
 MAX_SAMPLE_BYTES = 300_000  # a bigger sample makes every example slow
 SAMPLES_PER_ROW = 2
 EMBEDDER = HashingEmbedder()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +20,9 @@ from funnel.ingest import epub, html, mail, sheets
 from funnel.ingest.code import CODE_FILENAMES, CODE_LANGUAGES, load_code
 from funnel.ingest.pdf import load_pdf
 from funnel.ingest import slides, word
+from funnel.ingest import hwp, hwpx
+from funnel.ingest import legacy_office, ppt, rtf
+from funnel.ingest.ole import POWERPOINT, recogniser as ole_recogniser
 from funnel.ingest.office import ZIP_MAGIC, package_recogniser
 from funnel.ingest.text import load_markdown, load_text
 from funnel.types import LOCATION_UNITS, Kind, LoadedDocument
@@ -42,6 +46,22 @@ class Probe:
     head: bytes
     path: Path
     file: Path | BinaryIO | None = None
+
+    @cached_property
+    def zip_entries(self) -> frozenset[str] | None:
+        """The names in the file's zip directory, read once however many recognisers ask (Word, PowerPoint
+        and Excel each look for their parts); None when it is not a readable zip."""
+        if not self.head.startswith(ZIP_MAGIC) or self.file is None:
+            return None
+        try:
+            # A file object passed in is left open (and rewound below); a path is opened and closed here.
+            with zipfile.ZipFile(self.file) as archive:
+                return frozenset(archive.namelist())
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return None
+        finally:
+            if not isinstance(self.file, Path):
+                self.file.seek(0)
 
 
 # True when the content is this format, whatever the file is called
@@ -88,25 +108,10 @@ def _is_pdf(probe: Probe) -> bool:
     return probe.head.startswith(PDF_MAGIC)
 
 
-def zip_entries(probe: Probe) -> frozenset[str] | None:
-    """The names in a zip file (read from its central directory); None when it is not a readable zip."""
-    if not probe.head.startswith(ZIP_MAGIC) or probe.file is None:
-        return None
-    try:
-        # A file object passed in is left open (and rewound below); a path is opened and closed here.
-        with zipfile.ZipFile(probe.file) as archive:
-            return frozenset(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return None
-    finally:
-        if not isinstance(probe.file, Path):
-            probe.file.seek(0)
-
-
 def zip_holding(*names: str) -> Recognise:
     """A recogniser for a zip-based format by the entries it must hold ("[Content_Types].xml" and
     "word/document.xml" for Word): a plain zip, or another format's, is not taken for it."""
-    return lambda probe: (entries := zip_entries(probe)) is not None and all(n in entries for n in names)
+    return lambda probe: (entries := probe.zip_entries) is not None and all(n in entries for n in names)
 
 
 def zip_mimetype(media_type: str) -> Recognise:
@@ -166,6 +171,19 @@ LOADERS: tuple[Loader, ...] = (
            quiet_when_empty=True),
     Loader(table.KIND, "CSV", _plain(".csv", ".tsv"), "text/csv; charset=utf-8", table.load_table,
            uploadable=True, line_unit="row "),
+    # Office's formats before 2007 and RTF. Before the .docx/.xlsx/.pptx rows: a real .doc renamed .docx is
+    # read as the .doc it is; an encrypted .docx (an OLE file too) falls through to its own row's one line.
+    Loader(rtf.RTF, rtf.RTF_LABEL, _plain(".rtf"), "application/rtf", rtf.load_rtf, binary=True,
+           limit=SizeLimit.DOCUMENT, recognise=rtf.is_rtf, mark=rtf.MARK, uploadable=True),
+    Loader(legacy_office.DOC, legacy_office.DOC_LABEL, _plain(".doc"), "application/msword",
+           legacy_office.load_doc, binary=True, limit=SizeLimit.DOCUMENT, recognise=legacy_office.is_doc,
+           mark=legacy_office.MARK_DOC, uploadable=True),
+    Loader(legacy_office.XLS, legacy_office.XLS_LABEL, _plain(".xls"), "application/vnd.ms-excel",
+           legacy_office.load_xls, binary=True, limit=SizeLimit.DOCUMENT, recognise=legacy_office.is_xls,
+           mark=legacy_office.MARK_XLS, uploadable=True, line_unit="row "),
+    Loader(ppt.PPT, ppt.PPT_LABEL, _plain(".ppt", ".pps"), "application/vnd.ms-powerpoint", ppt.load_ppt,
+           binary=True, limit=SizeLimit.DOCUMENT, recognise=ole_recogniser(POWERPOINT, (".ppt", ".pps")),
+           mark=ppt.MARK, uploadable=True, page_unit="slide "),
     Loader(word.DOCX, word.DOCX_LABEL, _plain(".docx"),
            "application/vnd.openxmlformats-officedocument.wordprocessingml.document", word.load_docx,
            binary=True, limit=SizeLimit.DOCUMENT, uploadable=True,
@@ -175,6 +193,12 @@ LOADERS: tuple[Loader, ...] = (
            word.load_odt, binary=True, limit=SizeLimit.DOCUMENT, uploadable=True,
            recognise=zip_mimetype("application/vnd.oasis.opendocument.text"),
            mark="a zip starting with the mimetype application/vnd.oasis.opendocument.text"),
+    # Hangul word processor (Hancom Office), Korea's usual format for public and school documents.
+    Loader(hwp.HWP, hwp.LABEL, _plain(".hwp"), "application/x-hwp", hwp.load_hwp, binary=True,
+           limit=SizeLimit.DOCUMENT, uploadable=True, recognise=hwp.is_hwp, mark=hwp.MARK),
+    Loader(hwpx.HWPX, hwpx.LABEL, _plain(".hwpx"), hwpx.MEDIA_TYPE, hwpx.load_hwpx, binary=True,
+           limit=SizeLimit.DOCUMENT, uploadable=True, recognise=zip_mimetype(hwpx.MEDIA_TYPE),
+           mark=f"a zip starting with the mimetype {hwpx.MEDIA_TYPE}"),
     Loader(slides.PPTX, slides.PPTX_LABEL, _plain(".pptx"),
            "application/vnd.openxmlformats-officedocument.presentationml.presentation", slides.load_pptx,
            binary=True, limit=SizeLimit.DOCUMENT, uploadable=True, page_unit="slide ",

@@ -6,7 +6,8 @@ one, its zip directory is read and refused when its declared sizes make it a zip
 (`zipped.zip_is_safe`: too much unpacked in all, or an entry of a MiB or more packed too tightly); `zipfile`
 then holds every entry to those sizes, so the check bounds the memory and time parsing takes.
 An OLE compound file (D0 CF 11 E0) under an Office name is a password-protected OOXML package, which
-Office encrypts into one, or a .doc/.ppt of before 2007 renamed; either way no parser here reads it.
+Office encrypts into one, or a .doc/.xls/.ppt of before 2007 renamed: found by content, that is read by
+its own loader (`legacy_office.py`, `ppt.py`); called on one directly, the message says which it is.
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ def read_package(path: Path, display_path: str, label: str) -> bytes:
     except OSError as e:
         raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
     if raw.startswith(OLE_MAGIC):
-        raise IngestError(display_path, f"password-protected or an old binary Office file, not a {label} "
-                                        "package (save it without a password in the current format)")
+        raise IngestError(display_path, _ole_reason(path, raw, label))
     if not raw.startswith(ZIP_MAGIC):
         raise IngestError(display_path, f"not a {label} (not a zip package)")
     try:
@@ -54,6 +54,21 @@ def read_package(path: Path, display_path: str, label: str) -> bytes:
     if unsafe is not None:
         raise IngestError(display_path, f"refused: {unsafe}")
     return raw
+
+
+def _ole_reason(path: Path, raw: bytes, label: str) -> str:
+    """Why an OLE file is no package: a .doc, .xls or .ppt (its own loader reads it under its own name),
+    an encrypted package, or either (olefile cannot tell)."""
+    from funnel.ingest.ole import ENCRYPTED, EXCEL, POWERPOINT, WORD, ole_format
+
+    found = ole_format(path, raw[:8])
+    old = {WORD: ".doc", EXCEL: ".xls", POWERPOINT: ".ppt"}.get(found or "")
+    if old:
+        return f"an old binary Office file (a {old}), not a {label} package: rename it {old} to read it"
+    if found == ENCRYPTED:
+        return f"password-protected, not a {label} package (save it without a password)"
+    return (f"password-protected or an old binary Office file, not a {label} package (save it without a "
+            "password in the current format)")
 
 
 def _too_much_xml(entries: list[zipfile.ZipInfo]) -> str | None:
@@ -197,19 +212,7 @@ def package_recogniser(recognise: Callable[[Any], bool], suffix: str) -> Callabl
             return True
         if probe.path.suffix.lower() != suffix:
             return False
-        return probe.head.startswith(OLE_MAGIC) or (probe.head.startswith(ZIP_MAGIC) and _unlistable(probe))
+        listable = probe.file is None or probe.zip_entries is not None  # its directory, read once
+        return probe.head.startswith(OLE_MAGIC) or (probe.head.startswith(ZIP_MAGIC) and not listable)
 
     return recognised
-
-
-def _unlistable(probe: Any) -> bool:
-    if probe.file is None:
-        return False
-    try:
-        with zipfile.ZipFile(probe.file):
-            return False
-    except (*_CORRUPT, OSError, ValueError):
-        return True
-    finally:
-        if not isinstance(probe.file, Path):
-            probe.file.seek(0)
