@@ -125,3 +125,15 @@ def packaged_embedder():
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
     return embedder
+
+
+def refusal(path: Path, load) -> str:
+    """The reason a loader (`load(path, doc_id, display_path)`) refuses the file, checked to be one line
+    naming the file."""
+    from funnel.errors import IngestError
+
+    with pytest.raises(IngestError) as refused:
+        load(path, "d", path.name)
+    message = str(refused.value)
+    assert message.startswith(f"{path.name}: ") and "\n" not in message and "Traceback" not in message
+    return refused.value.reason

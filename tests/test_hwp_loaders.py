@@ -8,8 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import refusal as refused_for
 
-from funnel.errors import IngestError
 from funnel.ingest.hwp import load_hwp
 from funnel.ingest.hwpx import load_hwpx
 from funnel.ingest.loaders import BY_KIND, find
@@ -28,11 +28,7 @@ def texts(loaded) -> str:
 def refusal(tmp_path: Path, name: str, data: bytes, load=load_hwp) -> str:
     path = tmp_path / name
     path.write_bytes(data)
-    with pytest.raises(IngestError) as refused:
-        load(path, "d", name)
-    message = str(refused.value)
-    assert message.startswith(f"{name}: ") and "\n" not in message and "Traceback" not in message
-    return refused.value.reason
+    return refused_for(path, load)
 
 
 def with_header_flags(tmp_path: Path, flags: int) -> bytes:

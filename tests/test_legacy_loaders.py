@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import refusal
 
 from funnel.errors import IngestError
 from funnel.ingest.legacy_office import load_doc, load_xls
@@ -34,14 +35,6 @@ needs_antiword = pytest.mark.skipif(shutil.which("antiword") is None or shutil.w
 def kind_of(path: Path) -> str | None:
     found = find(path, path.read_bytes()[:8192], path)
     return found[0].kind.value if found else None
-
-
-def refusal(path: Path, load) -> str:
-    with pytest.raises(IngestError) as refused:
-        load(path, "d", path.name)
-    message = str(refused.value)
-    assert message.startswith(f"{path.name}: ") and "\n" not in message and "Traceback" not in message
-    return refused.value.reason
 
 
 def ingest(folder: Path, tmp_path: Path):

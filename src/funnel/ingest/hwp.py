@@ -28,6 +28,7 @@ from funnel.errors import IngestError
 from funnel.ingest import hangul
 from funnel.ingest.hangul import Cell, Paragraph, Role, Table
 from funnel.ingest.office import OLE_MAGIC, library, loaded, parsed
+from funnel.ingest.text import read_file
 from funnel.types import Kind, LoadedDocument
 
 HWP = Kind("hwp")
@@ -91,10 +92,7 @@ def load_hwp(
 ) -> LoadedDocument:
     """An .hwp as sections (the signature of a `LOADERS` row's `read`)."""
     olefile = library(display_path, "HWP", "olefile", _import_olefile)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     if raw.startswith(HWP3_SIGNATURE):
         raise IngestError(display_path, "an HWP 3 document (Hangul 97 or older): not read; save it as HWP "
                                         "5 or HWPX")

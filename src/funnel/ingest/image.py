@@ -16,7 +16,7 @@ from typing import Any
 
 from funnel.errors import IngestError
 from funnel.ingest.ocr import MAX_PIXELS, OcrEngine, OcrFailed, default_engine, paragraphs
-from funnel.ingest.text import file_document
+from funnel.ingest.text import file_document, read_file
 from funnel.types import Kind, LoadedDocument, Section
 
 KIND = Kind("image")
@@ -53,10 +53,7 @@ def load_image(path: Path, doc_id: str, display_path: str, language: str | None 
     """A section per frame that OCR finds text in, cited at its page (frame number); `pages(display_path,
     read, total)` is told before each frame is read and when all are (the signature of a `LOADERS` row's
     `read`, plus the engine)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     image = _open(raw, display_path)
     engine = engine or default_engine()
     total = getattr(image, "n_frames", 1)

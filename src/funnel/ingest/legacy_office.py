@@ -79,7 +79,7 @@ def load_doc(
     if not head.startswith(OLE_SIGNATURE):
         return other_format(path, doc_id, display_path, head, DOC, DOC_LABEL, spreadsheet=False)
     open_ole(path, display_path, DOC_LABEL, WORD).close()
-    raw = _read(path, display_path)
+    raw = text.read_file(path, display_path)
     status, out, err = run_tool(["antiword", "-x", "db", _argument(path)], display_path)
     if b"encrypted" in err.lower():
         raise IngestError(display_path, "password-protected; save it without a password")
@@ -162,7 +162,7 @@ def load_xls(
         raise IngestError(display_path, str(missing_dependency("the xls loader", "xlrd", "formats"))) from e
     if not _is_biff(head):
         open_ole(path, display_path, XLS_LABEL, EXCEL).close()
-    raw = _read(path, display_path)
+    raw = text.read_file(path, display_path)
 
     def parse() -> list[Section]:
         try:
@@ -203,12 +203,6 @@ def _head(path: Path, display_path: str) -> bytes:
     except OSError as e:
         raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
 
-
-def _read(path: Path, display_path: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
 
 
 def _argument(path: Path) -> str:

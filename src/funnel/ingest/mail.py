@@ -30,7 +30,7 @@ from pathlib import Path
 
 from funnel.errors import FunnelError, IngestError
 from funnel.ingest.html import html_sections
-from funnel.ingest.text import file_document
+from funnel.ingest.text import file_document, read_file
 from funnel.types import Kind, LoadedDocument, Section
 
 EML = Kind("eml")
@@ -90,10 +90,7 @@ def load_mbox(
 
 
 def _read(path: Path, display_path: str) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     if not raw.strip():
         raise IngestError(display_path, "empty file")
     return raw

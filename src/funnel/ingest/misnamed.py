@@ -64,7 +64,7 @@ def other_format(path: Path, doc_id: str, display_path: str, head: bytes, kind: 
     elif found == "mht":
         document = _web_archive(path, doc_id, display_path, label)
     elif found == "xmlss" and spreadsheet:
-        raw = _read(path, display_path)
+        raw = text.read_file(path, display_path)
         sections = parsed(display_path, "Excel 2003 XML spreadsheet", lambda: workbook_sections(
             _xml_sheets(raw), display_path, "Excel 2003 XML spreadsheet"))
         document = LoadedDocument(text.file_document(doc_id, display_path, kind, raw), tuple(sections))
@@ -73,7 +73,7 @@ def other_format(path: Path, doc_id: str, display_path: str, head: bytes, kind: 
     elif found == "text":
         document = text.load_text(path, doc_id, display_path)
     elif found == "wordml" and not spreadsheet:
-        raw = _read(path, display_path)
+        raw = text.read_file(path, display_path)
         sections, title = parsed(display_path, "Word 2003 XML document", lambda: _wordml(raw))
         document = loaded(doc_id, display_path, kind, raw, sections, title)
     else:
@@ -115,7 +115,7 @@ def _attribute(node: Any) -> str:
 
 def _web_archive(path: Path, doc_id: str, display_path: str, label: str) -> LoadedDocument:
     """A single-file web page (.mht, as Word and Excel save one): the page in it, read by the HTML loader."""
-    raw = _read(path, display_path)
+    raw = text.read_file(path, display_path)
     message = email.message_from_bytes(raw, policy=email.policy.default)
     for part in message.walk():
         if part.get_content_type() == "text/html":
@@ -148,9 +148,3 @@ def _xml_rows(sheet: Any, ss: str) -> Iterator[tuple[int, Row]]:
             cells.append(Value(value) if typed and value else value)
         yield number, cells[:_MAX_COLUMNS]
 
-
-def _read(path: Path, display_path: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e

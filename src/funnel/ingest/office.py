@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from funnel.errors import IngestError, missing_dependency
-from funnel.ingest.text import file_document, table_lines  # table_lines: the Office loaders' tables
+from funnel.ingest.text import file_document, read_file, table_lines
 from funnel.ingest.zipped import zip_is_safe
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -38,10 +38,7 @@ T = TypeVar("T")
 
 def read_package(path: Path, display_path: str, label: str) -> bytes:
     """The file's bytes, once they are known to be a zip package of a safe size; `IngestError` otherwise."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     if raw.startswith(OLE_MAGIC):
         raise IngestError(display_path, _ole_reason(path, raw, label))
     if not raw.startswith(ZIP_MAGIC):

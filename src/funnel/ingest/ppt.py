@@ -24,6 +24,7 @@ from pathlib import Path
 
 from funnel.errors import IngestError
 from funnel.ingest.office import loaded, parsed, slide_sections
+from funnel.ingest.text import read_file
 from funnel.ingest.ole import POWERPOINT, open_ole, stream_bytes
 from funnel.types import Kind, LoadedDocument, Section
 
@@ -60,10 +61,7 @@ def load_ppt(
         encrypted = ole.exists("EncryptedSummary")
     finally:
         ole.close()
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     if encrypted or (len(current) >= 16 and struct.unpack_from("<I", current, 12)[0] == _ENCRYPTED_TOKEN):
         raise IngestError(display_path, "password-protected; save it without a password")
     sections, title = parsed(display_path, PPT_LABEL, lambda: _read(stream, current, display_path))

@@ -24,6 +24,7 @@ from typing import Any
 
 from funnel.errors import IngestError
 from funnel.ingest.office import Outline, library, loaded, parsed
+from funnel.ingest.text import read_file
 from funnel.types import Kind, LoadedDocument, Section
 
 RTF = Kind("rtf")
@@ -50,10 +51,7 @@ def load_rtf(
 ) -> LoadedDocument:
     """An RTF file as sections (the signature of a `LOADERS` row's `read`)."""
     rtf_to_text = library(display_path, "RTF", "striprtf", _import_striprtf)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     source = _HEX_RUN.sub("", raw.decode("latin-1"))  # RTF is 7-bit; other bytes pass through as they are
     if len(source) > MAX_RTF_CHARS:
         raise IngestError(display_path, f"over {MAX_RTF_CHARS // 2**20} MB of RTF besides pictures; save it "

@@ -30,12 +30,17 @@ _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 
 
-def read_source(path: Path, display_path: str) -> tuple[bytes, str]:
-    """Raw bytes (for the content hash) and decoded text with `\\n` line ends."""
+def read_file(path: Path, display_path: str) -> bytes:
+    """The file's bytes; `IngestError` naming the file when it cannot be read (gone, no permission)."""
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+
+
+def read_source(path: Path, display_path: str) -> tuple[bytes, str]:
+    """Raw bytes (for the content hash) and decoded text with `\\n` line ends."""
+    raw = read_file(path, display_path)
     text = decode_text(raw, display_path)
     if not text.strip():
         raise IngestError(display_path, "empty file")
