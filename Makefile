@@ -29,9 +29,11 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 run: install ocr legacy
-	$(BIN)/funnel ingest samples/docs --index $(DEMO) \
+	$(BIN)/funnel ingest samples/docs samples/korean --index $(DEMO) \
 		|| (! command -v tesseract >/dev/null && echo "make run: no Tesseract, so the scan was skipped")
 	$(BIN)/funnel ask "Who is the CEO of Zentara Robotics?" --index $(DEMO) --explain
+	# A Korean question about a real HWPX notice (식품의약품안전처 행정예고; samples/SOURCE.md): its answer cites it.
+	$(BIN)/funnel ask '의료기기 보고 방법 개정고시안에서 제3조제2항의 "서한"은 어떤 말로 바뀌나요?' --index $(DEMO)
 	# A question the samples do not answer: funnel says so and lists the closest passages, not an answer.
 	$(BIN)/funnel ask "Who leads Project Heron and what is its budget?" --index $(DEMO)
 

@@ -16,7 +16,7 @@ SAMPLES = Path(__file__).parent.parent / "samples"
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     p = Pipeline.build(store=LanceStore(tmp_path_factory.mktemp("idx")), embedder=load_embedder("minilm"), reranker=None)
-    report = p.ingest([SAMPLES / "docs", SAMPLES / "repo"])
+    report = p.ingest([SAMPLES / "docs", SAMPLES / "repo", SAMPLES / "korean"])
     assert report.problems == []
     return p
 
@@ -40,3 +40,10 @@ def test_code_chunks_carry_language_and_lines(pipeline):
     top = result.documents[0].best.chunk
     assert top.path.endswith("user_service.py")
     assert top.language == "python" and top.line_start is not None and top.line_end >= top.line_start
+
+
+def test_a_korean_question_is_answered_from_the_hwpx_notice(pipeline):
+    # `make run`'s Korean question: the sentence that amends 제3조제2항, cited in the real HWPX notice.
+    answer = pipeline.ask('의료기기 보고 방법 개정고시안에서 제3조제2항의 "서한"은 어떤 말로 바뀌나요?')
+    assert "“공식 문서”로 한다" in answer.text
+    assert any(c.path.endswith("mfds_admin_notice.hwpx") for c in answer.citations)
