@@ -166,3 +166,78 @@ def test_a_long_pdf_upload_shows_its_page_while_it_is_read(tmp_path):
     seen, record = ingest_recording_progress(tmp_path, path, seconds=60)
     assert seen == ["page 10 of 25", "page 20 of 25", "chunks 0 of 25", "chunks 25 of 25", None]  # then embedded
     assert record.progress is None
+
+
+def _lines_pdf(path: Path, lines: list[str], size: float = 10) -> Path:
+    """One paragraph: each of `lines` set on its own line, 1.2 x `size` apart, as a typesetter wraps it."""
+    c = canvas_module.Canvas(str(path))
+    c.setFont("Helvetica", size)
+    for i, line in enumerate(lines):
+        c.drawString(72, 700 - 1.2 * size * i, line)
+    c.save()
+    return path
+
+
+def test_an_identifier_broken_after_an_underscore_at_a_line_end_is_joined(tmp_path):
+    # Texinfo breaks @code after "_": libtasn1's "ASN1_" + "SYNTAX_ERROR", libidn2's "IDN2_" +
+    # "NONTRANSITIONAL".
+    path = _lines_pdf(tmp_path / "broken.pdf", [
+        "The parser returns ASN1_SUCCESS, or ASN1_",
+        "SYNTAX_ERROR if the syntax is not correct. Call __init__",
+        "methods first.",
+    ])
+    text = _text(path)
+    assert "or ASN1_SYNTAX_ERROR if the syntax" in text
+    assert "Call __init__ methods first." in text  # a name ending in two underscores is whole
+
+
+def test_a_space_after_an_underscore_inside_a_line_stays(tmp_path):
+    lines = ["Name the archive pkg_ version.tar.gz, where word_ and", "word stay apart."]
+    path = _lines_pdf(tmp_path / "spaced.pdf", lines)
+    text = _text(path)
+    assert "pkg_ version.tar.gz, where word_ and word stay apart." in text
+
+
+def test_a_superscript_footnote_mark_is_set_apart_from_its_word(tmp_path):
+    path = tmp_path / "footnote.pdf"
+    c = canvas_module.Canvas(str(path))
+
+    def run(x: float, y: float, pieces: list[tuple[str, float, float]]) -> None:
+        """Text pieces set one after the other without a gap: (text, size, rise)."""
+        for text, size, rise in pieces:
+            c.setFont("Helvetica", size)
+            c.drawString(x, y + rise, text)
+            x += stringWidth(text, "Helvetica", size)
+
+    run(72, 700, [("It needs curl 7.28.0 or later", 10, 0), ("11", 7, 3.5), (", and MySQL", 10, 0),
+                  ("2", 7, 3.5), (".", 10, 0)])
+    run(72, 686, [("Exponents stay: R", 10, 0), ("2", 7, 3.5), (" and 2", 10, 0), ("24", 7, 3.5),
+                  (" and the small print as it is.", 10, 0)])
+    run(72, 100, [("11", 6, 3), ("Earlier releases lack the option.", 8, 0)])
+    c.save()
+    text = _text(path)
+    assert "It needs curl 7.28.0 or later 11, and MySQL 2." in text
+    assert "Exponents stay: R2 and 224 and the small print as it is." in text
+    assert "11 Earlier releases lack the option." in text
+
+
+def test_a_word_hyphenated_at_a_line_end_is_rejoined_as_before(tmp_path):
+    path = _lines_pdf(tmp_path / "hyphens.pdf", [
+        "The loader reads the configu-",
+        "ration file and the well-",
+        "Known names, then x-",
+        "1 stays as it is.",
+    ])
+    expected = "The loader reads the configuration file and the well- Known names, then x- 1 stays as it is."
+    assert expected in _text(path)
+
+
+def test_line_repairs_on_their_own():
+    from funnel.ingest.pdf_text import join_lines
+
+    assert join_lines(["IDN2_", "NONTRANSITIONAL to enable"]) == "IDN2_NONTRANSITIONAL to enable"
+    assert join_lines(["asn1_der_", "decoding() fills"]) == "asn1_der_decoding() fills"
+    assert join_lines(["a blank ___", "to fill"]) == "a blank ___ to fill"  # no identifier before the break
+    assert join_lines(["the __GNUC__", "macro"]) == "the __GNUC__ macro"
+    assert join_lines(["infor-", "mation"]) == "information"
+    assert join_lines(["FOO_ BAR", "baz"]) == "FOO_ BAR baz"

@@ -5,7 +5,8 @@ Words are split where the gap between two characters exceeds 0.15 of the charact
 fixed tolerance glued words on 292 pages ("Thedefaultweightvalueis50"), the ratio on none
 (bench/pdf_extraction.py, BENCHMARKS.md). Lines repeated at the top or bottom of most pages (running
 headers, footers, page numbers) are dropped; a page set in columns is read column by column; ligatures
-(ﬁ, ﬂ) are expanded and a word hyphenated at a line end is rejoined.
+(ﬁ, ﬂ) are expanded; a word hyphenated at a line end and an identifier broken after an underscore there
+are rejoined, and a superscript footnote mark glued to its word is set apart (`funnel.ingest.pdf_text`).
 
 Tables are the reason this loader exists. Flattened to text, a table row loses its headers and a question
 like "who is the CEO of Zentara Robotics?" has nothing to match; as "Company: Zentara Robotics | CEO: Iris
@@ -31,6 +32,7 @@ from funnel.ingest.ocr import OcrEngine
 from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, without_running_lines
 from funnel.ingest.pdf_ocr import ScannedPages, has_text_layer
 from funnel.ingest.pdf_tables import with_borderless_tables
+from funnel.ingest.pdf_text import join_lines, line_text
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -257,8 +259,8 @@ def _read_page(page: Any) -> tuple[list[_Table], list[Line]]:
     lines = []
     for column in columns(text_page):
         for raw in column.extract_text_lines(**_TEXT_OPTIONS):
-            text = " ".join(raw["text"].split())
             chars = raw.get("chars") or []
+            text = " ".join(line_text(raw["text"], chars).split())
             if text:
                 size = sum(ch.get("size", 0.0) for ch in chars) / len(chars) if chars else 0.0
                 margin = raw["bottom"] <= page_top + band or raw["top"] >= page_bottom - band
@@ -286,7 +288,7 @@ def _text_blocks(lines: list[Line], body_size: float) -> list[_Block]:
 
     def flush() -> None:
         if paragraph:
-            blocks.append(_Block(top=paragraph_top, kind="paragraph", text=_join_lines(paragraph)))
+            blocks.append(_Block(top=paragraph_top, kind="paragraph", text=join_lines(paragraph)))
             paragraph.clear()
 
     for line in lines:
@@ -323,14 +325,3 @@ def _body_font_size(lines: list[Line]) -> float:
 
 def _is_heading(line: Line, body_size: float) -> bool:
     return 0 < body_size * _HEADING_SIZE_RATIO <= line.size and len(line.text) <= _HEADING_MAX_CHARS
-
-
-def _join_lines(lines: list[str]) -> str:
-    """A paragraph's lines as one line of text; a word hyphenated across a line break is rejoined."""
-    out = lines[0]
-    for line in lines[1:]:
-        if out.endswith("-") and len(out) > 1 and out[-2].isalpha() and line[:1].islower():
-            out = out[:-1] + line
-        else:
-            out = f"{out} {line}"
-    return out
