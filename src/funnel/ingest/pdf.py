@@ -33,7 +33,7 @@ from funnel.ingest.pdf_layout import Line, SecondOpinion, columns, garbled, with
 from funnel.ingest.pdf_ocr import ScannedPages, has_text_layer
 from funnel.ingest.pdf_tables import with_borderless_tables
 from funnel.ingest.pdf_text import join_lines, line_text
-from funnel.ingest.text import file_document, name_headers, table_row_line
+from funnel.ingest.text import file_document, name_headers, read_file, table_row_line
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
 # A line this much larger than the page's body text, and short, is taken as a heading.
@@ -90,10 +90,7 @@ def load_pdf(
     """The PDF's sections; `pages(display_path, read, total)` is told after each page (long manuals) and
     before a scanned page's OCR. A page with no text layer is read by OCR (`engine`, default Tesseract)."""
     pdfplumber = _import_pdfplumber()
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
+    raw = read_file(path, display_path)
     scans = ScannedPages(path, engine)
     try:
         with pdfplumber.open(path) as pdf:
