@@ -9,7 +9,7 @@ walk (`discover`, whose recognisers see the content first, then the loader it pi
 reader (as an upload named so, or a walk trusting the name, would reach it); a text row is not handed NUL
 bytes directly, since the walk and uploads refuse those before any loader.
 
-A row's samples are the files under samples/, tests/data/ and bench/data/formats/ that it takes, else one
+A row's samples are the files under samples/, tests/data/ and bench/data/*/docs/ that it takes, else one
 made here for its extension (Office files, a page, a mail, an image), else, for a text row, a few lines of
 text. A binary row with none is fuzzed with random and lying content only, and says so in the tally.
 """
@@ -35,8 +35,9 @@ from funnel.ingest.loaders import LOADERS, SNIFF_BYTES, Loader, find, looks_bina
 from funnel.ingest.walk import SourceFile
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_DIRS = [REPO / "samples", REPO / "tests" / "data", REPO / "bench" / "data" / "formats",
-               REPO / "bench" / "data" / "hwp", REPO / "bench" / "data" / "legacy"]
+# Every set of real files a benchmark keeps (bench/data/*/docs: formats, hwp, legacy, ...) is a source of
+# samples, so a format set added later feeds its loader's row here without an edit.
+SAMPLE_DIRS = [REPO / "samples", REPO / "tests" / "data", *sorted((REPO / "bench" / "data").glob("*/docs"))]
 MAX_SAMPLE_BYTES = 300_000  # a bigger sample makes every example slow
 SAMPLES_PER_ROW = 2
 EMBEDDER = HashingEmbedder()
