@@ -234,3 +234,18 @@ def test_a_folder_of_real_and_broken_legacy_files_is_ingested_with_one_line_per_
     assert sorted(reasons) == ["cut.xls", "tika-testPPT_protected_passtika.ppt",
                                "tika-testWORD_protected_passtika.doc"]
     assert all("\n" not in reason for reason in reasons.values())
+
+
+def test_an_ole_file_is_listed_once_however_many_rows_ask(monkeypatch):
+    # .doc, .xls, .ppt and .hwp each recognise an OLE file by its streams: its directory is read once.
+    import olefile
+
+    opened = []
+    real = olefile.OleFileIO
+    monkeypatch.setattr(olefile, "OleFileIO", lambda *a, **k: opened.append(a) or real(*a, **k))
+    for path in sorted((Path(__file__).resolve().parents[1] / "bench" / "data" / "legacy" / "docs").glob("*.xls")):
+        opened.clear()
+        found = find(path, path.read_bytes()[:8192], path)
+        if path.read_bytes().startswith(b"\xd0\xcf\x11\xe0"):
+            assert found is not None and found[0].kind.value == "xls"
+            assert len(opened) == 1, path.name

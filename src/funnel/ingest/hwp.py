@@ -71,6 +71,9 @@ def is_hwp(probe: Any) -> bool:
         return True
     if not probe.head.startswith(OLE_MAGIC) or probe.file is None:
         return False
+    streams = probe.ole_streams  # the directory every OLE row reads, listed once
+    if streams is not None and "fileheader" not in streams:
+        return False  # another OLE format's (.doc, .xls, .ppt)
     try:
         import olefile
     except ImportError:

@@ -22,7 +22,7 @@ from funnel.ingest.pdf import load_pdf
 from funnel.ingest import slides, word
 from funnel.ingest import hwp, hwpx
 from funnel.ingest import legacy_office, ppt, rtf
-from funnel.ingest.ole import POWERPOINT, recogniser as ole_recogniser
+from funnel.ingest.ole import OLE_SIGNATURE, POWERPOINT, recogniser as ole_recogniser, top_level_streams
 from funnel.ingest.office import ZIP_MAGIC, package_recogniser
 from funnel.ingest.text import load_markdown, load_text
 from funnel.types import LOCATION_UNITS, Kind, LoadedDocument
@@ -62,6 +62,12 @@ class Probe:
         finally:
             if not isinstance(self.file, Path):
                 self.file.seek(0)
+
+    @cached_property
+    def ole_streams(self) -> frozenset[str] | None:
+        """The lower-case names at the root of an OLE compound file, read once however many recognisers ask
+        (.doc, .xls, .ppt, .hwp); None when it is not a readable OLE file."""
+        return top_level_streams(self.file) if self.head.startswith(OLE_SIGNATURE) else None
 
 
 # True when the content is this format, whatever the file is called

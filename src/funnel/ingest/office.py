@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from funnel.errors import IngestError, missing_dependency
-from funnel.ingest.text import file_document, read_file, table_lines
+from funnel.ingest.text import error_detail, file_document, read_file, table_lines
 from funnel.ingest.zipped import zip_is_safe
 from funnel.types import Kind, LoadedDocument, Section, SectionKind
 
@@ -30,7 +30,6 @@ ZIP_MAGIC = b"PK\x03\x04"
 # A parser holds a whole XML part as a tree of a few times its size (lxml; odfpy's DOM more): one part past
 # this (a document.xml of tens of thousands of pages) is refused rather than read into gigabytes.
 MAX_XML_BYTES = 64 * 2**20
-_DETAIL_CHARS = 120
 _CORRUPT = (zipfile.BadZipFile, zlib.error, EOFError)
 
 T = TypeVar("T")
@@ -47,7 +46,7 @@ def read_package(path: Path, display_path: str, label: str) -> bytes:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             unsafe = zip_is_safe(archive) or _too_much_xml(archive.infolist())
     except (*_CORRUPT, ValueError, OSError) as e:
-        raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
+        raise IngestError(display_path, f"corrupt or truncated {label} ({error_detail(e)})") from e
     if unsafe is not None:
         raise IngestError(display_path, f"refused: {unsafe}")
     return raw
@@ -56,9 +55,9 @@ def read_package(path: Path, display_path: str, label: str) -> bytes:
 def _ole_reason(path: Path, raw: bytes, label: str) -> str:
     """Why an OLE file is no package: a .doc, .xls or .ppt (its own loader reads it under its own name),
     an encrypted package, or either (olefile cannot tell)."""
-    from funnel.ingest.ole import ENCRYPTED, EXCEL, POWERPOINT, WORD, ole_format
+    from funnel.ingest.ole import ENCRYPTED, EXCEL, POWERPOINT, WORD, ole_format, top_level_streams
 
-    found = ole_format(path, raw[:8])
+    found = ole_format(raw[:8], top_level_streams(path))
     old = {WORD: ".doc", EXCEL: ".xls", POWERPOINT: ".ppt"}.get(found or "")
     if old:
         return f"an old binary Office file (a {old}), not a {label} package: rename it {old} to read it"
@@ -94,14 +93,9 @@ def parsed(display_path: str, label: str, parse: Callable[[], T]) -> T:
     except (RecursionError, MemoryError) as e:
         raise IngestError(display_path, f"not a readable {label} (nested or large beyond reading)") from e
     except _CORRUPT as e:
-        raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
+        raise IngestError(display_path, f"corrupt or truncated {label} ({error_detail(e)})") from e
     except Exception as e:  # lxml, zipfile, the libraries' own: every failure here means the same
-        raise IngestError(display_path, f"not a readable {label} ({_detail(e)})") from e
-
-
-def _detail(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:_DETAIL_CHARS] if text else type(error).__name__
+        raise IngestError(display_path, f"not a readable {label} ({error_detail(e)})") from e
 
 
 def loaded(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from funnel.errors import IngestError, missing_dependency
+from funnel.ingest.text import error_detail
 
 OLE_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # A program reading one file may take this long and print this much; past either the file is refused.
@@ -35,13 +36,13 @@ WORD, EXCEL, POWERPOINT, ENCRYPTED, OTHER = "doc", "xls", "ppt", "encrypted", "o
 _STREAMS = (("worddocument", WORD), ("workbook", EXCEL), ("book", EXCEL), ("powerpoint document", POWERPOINT))
 
 
-def ole_format(file: Path | BinaryIO | None, head: bytes) -> str | None:
-    """WORD, EXCEL or POWERPOINT by the streams an OLE file holds; ENCRYPTED for an encrypted OOXML
-    package, OTHER for any other OLE file (Hangul's FileHeader among them) and "" for one olefile cannot
-    read (truncated, corrupt) or when olefile is not installed; None when it is not an OLE file."""
+def ole_format(head: bytes, names: frozenset[str] | None) -> str | None:
+    """WORD, EXCEL or POWERPOINT by the streams an OLE file holds (`names`, `top_level_streams`); ENCRYPTED
+    for an encrypted OOXML package, OTHER for any other OLE file (Hangul's FileHeader among them) and "" for
+    one olefile cannot read (truncated, corrupt) or when olefile is not installed; None when it is not an
+    OLE file."""
     if not head.startswith(OLE_SIGNATURE):
         return None
-    names = top_level_streams(file)
     if names is None:
         return ""
     if "fileheader" in names:  # Hangul (.hwp): its own loader's
@@ -76,7 +77,7 @@ def recogniser(kind: str, suffixes: tuple[str, ...]):
     says which (rather than "not a Word document")."""
 
     def recognised(probe: Any) -> bool:
-        found = ole_format(probe.file, probe.head)
+        found = ole_format(probe.head, probe.ole_streams)  # its directory, read once for every row
         if found == kind:
             return True
         named = probe.path.suffix.lower() in suffixes
@@ -94,9 +95,9 @@ def open_ole(path: Path, display_path: str, label: str, kind: str) -> Any:
     except OSError as e:
         if isinstance(e, FileNotFoundError) or not path.is_file():
             raise IngestError(display_path, f"cannot read ({e.strerror or e})") from e
-        raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
+        raise IngestError(display_path, f"corrupt or truncated {label} ({error_detail(e)})") from e
     except Exception as e:
-        raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
+        raise IngestError(display_path, f"corrupt or truncated {label} ({error_detail(e)})") from e
     names = frozenset(entry[0].lower() for entry in ole.listdir(streams=True, storages=True))
     if "encryptedpackage" in names:
         ole.close()
@@ -122,7 +123,7 @@ def stream_bytes(ole: Any, name: str, display_path: str, label: str) -> bytes:
         with ole.openstream(name) as stream:
             return stream.read()
     except Exception as e:
-        raise IngestError(display_path, f"corrupt or truncated {label} ({_detail(e)})") from e
+        raise IngestError(display_path, f"corrupt or truncated {label} ({error_detail(e)})") from e
 
 
 class ToolMissing(IngestError):
@@ -184,6 +185,3 @@ def last_line(stderr: bytes) -> str:
     return lines[-1][:160] if lines else "no message"
 
 
-def _detail(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:120] if text else type(error).__name__

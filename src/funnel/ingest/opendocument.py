@@ -59,16 +59,6 @@ def load_odf(raw: bytes, display_path: str, label: str) -> Any:
     return document
 
 
-def quiet_load(source: Any) -> Any:
-    """odfpy's `load` with its stdout captured (`load_odf`); a part it failed on raises `ValueError`."""
-    from odf.opendocument import load
-
-    document, failed = _quiet(load, source)
-    if failed:
-        raise ValueError("an XML part does not parse")
-    return document
-
-
 def _quiet(load: Any, source: Any) -> tuple[Any, bool]:
     """odfpy's `load(source)`, and whether it printed a part it failed to parse (printed nowhere)."""
     printed = io.StringIO()

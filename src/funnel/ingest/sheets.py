@@ -30,7 +30,7 @@ from typing import Any
 
 from funnel.errors import IngestError, missing_dependency
 from funnel.ingest import table
-from funnel.ingest.opendocument import body as opendocument_body, quiet_load
+from funnel.ingest.opendocument import body as opendocument_body, load_odf
 from funnel.ingest.text import file_document, name_headers, table_row_line
 from funnel.ingest.zipped import open_zip
 from funnel.types import Kind, LoadedDocument, Section
@@ -133,8 +133,11 @@ def load_ods(
     if size > MAX_ODS_XML_BYTES:
         raise IngestError(display_path, f"its XML unpacks to {size / 2**20:,.0f} MB, over "
                                         f"{MAX_ODS_XML_BYTES // 2**20} MB; save it as .xlsx or CSV")
+    raw = path.read_bytes()
     try:
-        document = quiet_load(str(path))  # odfpy's load, printing nothing
+        document = load_odf(raw, display_path, "OpenDocument spreadsheet")  # as the .odt and .odp loaders
+    except IngestError:
+        raise
     except Exception as e:  # odfpy passes on zipfile's, expat's and its own errors for a damaged file
         raise IngestError(display_path, f"not a readable OpenDocument spreadsheet ({type(e).__name__}: {e})"
                           ) from e
@@ -144,7 +147,7 @@ def load_ods(
     tables = body.getElementsByType(Table) if body else []
     sheets = ((sheet.getAttribute("name") or "Sheet", _ods_rows(sheet)) for sheet in tables)
     sections = workbook_sections(sheets, display_path, "OpenDocument spreadsheet")
-    return LoadedDocument(document=file_document(doc_id, display_path, ODS, path.read_bytes()),
+    return LoadedDocument(document=file_document(doc_id, display_path, ODS, raw),
                           sections=tuple(sections))
 
 

@@ -30,6 +30,12 @@ _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 
 
+def error_detail(error: BaseException) -> str:
+    """A parser's error as a short detail for a one-line refusal: its first line, at most 120 characters."""
+    text = str(error).strip()
+    return text.splitlines()[0][:120] if text else type(error).__name__
+
+
 def read_file(path: Path, display_path: str) -> bytes:
     """The file's bytes; `IngestError` naming the file when it cannot be read (gone, no permission)."""
     try:
