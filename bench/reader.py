@@ -4,10 +4,11 @@ both answerers on every question, in one run (issue 39).
     python bench/reader.py bench/data/realpdf/questions.yaml [--limit N] [--model PATH.gguf] [--threads 2]
         [--only ID_PREFIX] [--json OUT] [--index DIR] [--passages 3] [--passage-chars 900]
 
-Prints, per answerer: answers passed (every `answer_contains` string in the text, no abstention), unanswerable
+Prints, per answerer: answers passed (every `answer_contains` string in the text, no abstention), and for the
+reader also with its quote (the picker's sentences, shown beside its answer as "From the page"), unanswerable
 questions that abstained, answerable ones wrongly abstained; for the reader how its sentences were settled
 (kept, mended, dropped), how often the picker stood in and why; latency p50/p95 of the first shown text and of
-the whole answer; prompt and generation tokens per second. The index is built once per question set under
+the whole answer (the reader's first shown text is its quote, when it has one); prompt and generation tokens per second. The index is built once per question set under
 ~/.cache/funnel/bench-reader (ingest and calibration, as `funnel ingest` does). Needs `make llm`.
 """
 
@@ -89,18 +90,23 @@ def main() -> int:
         for name, generator in (("picker", picker), ("reader", reader)):
             step = pipeline.prepare(result, generator)
             started = time.perf_counter()
+            quote = step.quote()  # a reader's: the picker's sentences, shown before the model's first word
+            first = time.perf_counter() - started if quote else None
             stream = step.stream()
-            first = None
             for delta in stream:
                 if first is None and delta.strip():
                     first = time.perf_counter() - started
             whole = time.perf_counter() - started
             answer = stream.answer
             text = answer.text.lower()
+            shown = "\n".join([text, *(c.text.lower() for c in answer.quote)])
             row[name] = {
                 "text": answer.text, "flags": list(answer.flags), "abstained": answer.abstained,
                 "passed": (not answer.abstained and bool(row["expected"])
                            and all(s.lower() in text for s in row["expected"])),
+                "passed_with_quote": (not answer.abstained and bool(row["expected"])
+                                      and all(s.lower() in shown for s in row["expected"])),
+                "quote": [c.text for c in answer.quote],
                 "first_s": first if first is not None else whole, "whole_s": whole,
                 "gated": step.abstains,
             }
@@ -121,7 +127,7 @@ def report(rows: list[dict], load_s: float, args) -> None:
     unanswerable = [r for r in rows if not r["answerable"]]
     print(f"\n{args.questions}: {len(answerable)} answerable, {len(unanswerable)} unanswerable; model load {load_s:.1f} s")
     print(f"{'':28}{'picker':>12}{'reader':>12}")
-    for label, key in (("answers passed", "passed"),):
+    for label, key in (("answers passed", "passed"), ("with the quote shown beside", "passed_with_quote")):
         line = [sum(r[n][key] for r in answerable) for n in ("picker", "reader")]
         print(f"{label:28}" + "".join(f"{f'{v}/{len(answerable)}':>12}" for v in line))
     both = sum(r["picker"]["passed"] or r["reader"]["passed"] for r in answerable)

@@ -154,6 +154,32 @@ def test_llm_streams_its_deltas(llm_api, fake_llm):
     assert events[-1][0] == "done" and events[-1][1]["answer"] == "".join(fake_llm.deltas)
 
 
+def test_a_readers_stream_sends_the_pickers_sentences_first_then_its_checked_answer(data_dir, fake_llm):
+    """`[llm] mode = "reader"`: the page gets the picker's sentence (a `quote` event) before the model's first
+    word, then the reader's own answer, with the quote kept beside it in `done` and in the JSON answer."""
+    settings = Settings(embedder="hashing", data_dir=data_dir, llm=f"openai:{fake_llm.url}", llm_mode="reader",
+                        llm_timeout_s=5)
+    question = "How many members does the investment committee have?"
+    fake_llm.deltas = ["The committee has ", "five members [1]."]
+    with serving(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        events = ask_stream(client, question)
+        names = [name for name, _ in events]
+        assert names[:2] == ["meta", "quote"] and names[-1] == "done" and set(names[2:-1]) == {"delta"}
+        quote, done = events[1][1]["citations"], events[-1][1]
+        assert "five members" in quote[0]["text"] and quote[0]["path"] == "investment_policy.md"
+        assert done["answer"] == "The committee has five members [1]." and "read" in done["flags"]
+        assert done["quote"] == quote and done["generator"].startswith("reader")
+        body = ask(client, question).json()  # the JSON answer carries it too
+        assert body["quote"] == quote and body["answer"] == done["answer"]
+        # When the model refuses, the picker's sentence is the answer itself: no quote beside it.
+        fake_llm.deltas = ["Your documents do not answer this question."]
+        done = ask_stream(client, question)[-1][1]
+        assert "five members" in done["answer"] and "picker" in done["flags"] and done["quote"] == []
+        # A table's cell found by its row and column is the answer at once: nothing to quote first.
+        events = ask_stream(client)
+        assert [name for name, _ in events][1] == "delta" and "Iris Kallas" in events[-1][1]["answer"]
+
+
 def test_llm_down_falls_back_to_the_extractive_answer(data_dir):
     settings = Settings(embedder="hashing", data_dir=data_dir, llm=f"openai:http://127.0.0.1:{closed_port()}/v1")
     with serving(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as client:

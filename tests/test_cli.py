@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from upstream_support import fake  # noqa: F401 (a fixture)
 
 FUNNEL = [sys.executable, "-c", "from funnel.apps.cli import run; run()"]
 
@@ -324,3 +325,25 @@ def test_a_ctrl_c_while_the_process_shuts_down_is_not_a_traceback(tmp_path, docs
     result = ingest_after(code, tmp_path, docs)
     assert "1 added" in result.stdout and result.returncode == 130, result.stderr
     assert result.stderr.strip() == "interrupted while exiting; the command had finished"
+
+
+def test_ask_with_a_reader_prints_the_pickers_sentence_first_then_the_answer(tmp_path, fake):
+    """`funnel ask` with `[llm] mode = "reader"` (an OpenAI-compatible server on loopback): the picker's
+    sentence is printed at once as "From the page", then the model's checked answer, cited."""
+    from api_support import FakeOpenAI
+
+    llm = FakeOpenAI(fake)
+    llm.deltas = ["Jane Roe ", "leads Acme [1]."]
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "acme.txt").write_text("The CEO of Acme is Jane Roe. Acme makes anvils.\n")
+    assert funnel("ingest", str(d), "--no-calibrate", cwd=tmp_path).returncode == 0
+    env = {"FUNNEL_LLM__BACKEND": f"openai:{llm.url}", "FUNNEL_LLM__MODE": "reader"}
+    result = funnel("ask", "Who is the CEO of Acme?", cwd=tmp_path, env=env)
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    quoted = result.stdout.index("From the page: “The CEO of Acme is Jane Roe.”")
+    assert quoted < result.stdout.index("Jane Roe leads Acme [1].")
+    assert "acme.txt" in result.stdout.splitlines()[1]
+    shown = json.loads(funnel("ask", "Who is the CEO of Acme?", "--json", cwd=tmp_path, env=env).stdout)
+    assert shown["answer"] == "Jane Roe leads Acme [1]." and shown["quote"][0]["text"] == "The CEO of Acme is Jane Roe."

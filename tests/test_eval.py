@@ -563,6 +563,35 @@ def test_a_question_set_is_judged_by_file_and_by_answer(tmp_path):
     assert scores.means["hybrid"]["answers_passed"] == pytest.approx(2 / 3)
 
 
+def test_a_readers_answer_is_scored_alone_and_with_the_sentence_quoted_beside_it(tmp_path):
+    """`answers_passed` scores the reader's own text; `answers_passed_with_quote` what the person reads, the
+    answer and the picker's sentence shown beside it."""
+    from upstream_support import ScriptedChat
+
+    from funnel.generate.extractive import ExtractiveGenerator
+    from funnel.generate.llm import FallbackGenerator
+    from funnel.generate.reader import ReaderGenerator
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "acme.txt").write_text("Acme makes anvils. The CEO of Acme is Jane Roe.\n")
+    (tmp_path / "qs.yaml").write_text(
+        "documents: docs\nquestions:\n"
+        "  - {id: ceo, question: 'Who is the CEO of Acme?', sources: acme.txt, answer_contains: Jane Roe}\n")
+    suite = open_suite(tmp_path / "qs.yaml")
+    p = Pipeline.build(EngineConfig.of(k=2), store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(),
+                       reranker=None)
+    build_index(p, suite)
+    picker = ExtractiveGenerator(p.embedder)
+    reader = FallbackGenerator(ReaderGenerator(ScriptedChat("The CEO leads Acme [1]."), picker), picker)
+    run = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=reader)
+    assert run.variants["hybrid"].passed == {"ceo": False}
+    assert run.variants["hybrid"].passed_with_quote == {"ceo": True}
+    entry = report.results_json(report.score(run, "hybrid"), [])["variants"]["hybrid"]
+    assert entry["answers_passed"] == 0.0 and entry["answers_passed_with_quote"] == 1.0
+    plain = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=picker)
+    assert "answers_passed_with_quote" not in report.score(plain, "hybrid").means["hybrid"]
+
+
 def _three_page_manual(path: Path) -> None:
     canvas = pytest.importorskip("reportlab.pdfgen.canvas")
     c = canvas.Canvas(str(path))

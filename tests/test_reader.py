@@ -11,7 +11,7 @@ from upstream_support import ScriptedChat
 
 from funnel.embed import HashingEmbedder
 from funnel.errors import BackendUnavailable, UpstreamError
-from funnel.generate.abstain import NOT_IN_DOCUMENTS
+from funnel.generate.abstain import NOT_IN_DOCUMENTS, Abstainer, Evidence
 from funnel.generate.extractive import ExtractiveGenerator
 from funnel.generate.grounding import check, holds, sentences, values
 from funnel.generate.llm import FallbackGenerator, answer_stream
@@ -202,3 +202,34 @@ def test_a_local_models_tool_call_blocks_become_tool_calls():
     assert text == "Let me look." and calls[0].name == "read_file" and calls[0].arguments["path"] == "a.py"
     assert tool_calls("<tool_call>{not json}</tool_call>") == ("<tool_call>{not json}</tool_call>", ())
     assert tool_calls('{"summary": "x"}') == ('{"summary": "x"}', ())
+
+
+class CountingPicker(ExtractiveGenerator):
+    def __init__(self):
+        super().__init__(HashingEmbedder())
+        self.picks = 0
+
+    def pick(self, question, result):
+        self.picks += 1
+        return super().pick(question, result)
+
+
+def test_the_pickers_sentence_is_shown_first_and_kept_beside_the_readers_answer():
+    from funnel.generate.step import AnswerStep
+
+    picker = CountingPicker()
+    chat = ScriptedChat("It is 50 [1].", deltas=["It is ", "50 [1]."])
+    generator = FallbackGenerator(ReaderGenerator(chat, picker), picker)
+    result = search_result([MANUAL[1], MANUAL[0]], "What is the default weight of a glob pattern?")
+    step = AnswerStep(result.query, result, generator, None)
+    quote = step.quote()
+    assert not chat.sent  # at once: before the model was asked anything
+    assert len(quote) == 1 and "default weight of a glob pattern is 50" in quote[0].text
+    assert quote[0].doc_id == "mime" and quote[0].page == 9
+    stream = step.stream()
+    assert "".join(stream) == "It is 50 [1]."
+    assert stream.answer.quote == quote and "read" in stream.answer.flags
+    assert picker.picks == 1  # the quote and the reader share one pick
+    # An abstention quotes nothing.
+    evidence = Evidence(0.1, 0.2, 0.0, None, False, 0.5, 4, threshold=0.35)
+    assert AnswerStep(result.query, result, Abstainer(evidence, "x"), evidence).quote() == ()

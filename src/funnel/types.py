@@ -246,3 +246,6 @@ class Answer:
     # are the closest passages, not an answer.
     abstained: bool = False
     evidence: float | None = None  # the evidence score the abstention gate measured (None: not measured)
+    # Beside a reader's own answer: the sentences the picker chose, verbatim with where they stand
+    # (`funnel.generate.reader`). Shown under the answer as "From the page", never merged into its text.
+    quote: tuple[Citation, ...] = ()

@@ -44,6 +44,8 @@ def score(run: EvalRun, baseline: str) -> Scores:
                 means[name][label] = mean(page_values[measure])
         if vr.passed:
             means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
+        if vr.passed_with_quote != vr.passed:  # a reader quoted the picker's sentences beside some answers
+            means[name]["answers_passed_with_quote"] = sum(vr.passed_with_quote.values()) / len(vr.passed_with_quote)
         if vr.abstained:  # `expect: abstain` questions that abstained; the answerable ones that did, wrongly
             unanswerable = [vr.abstained[q] for q in vr.abstained if q in evalset.abstain]
             answerable = [vr.abstained[q] for q in vr.abstained if q not in evalset.abstain]
@@ -154,7 +156,8 @@ def results_json(scores: Scores, failures: list[str]) -> dict:
 
 
 def metric_columns(results: dict) -> list[str]:
-    present = [*MEASURES, *PAGE_MEASURES, "answers_passed", "abstained_unanswerable", "abstained_answerable"]
+    present = [*MEASURES, *PAGE_MEASURES, "answers_passed", "answers_passed_with_quote", "abstained_unanswerable",
+               "abstained_answerable"]
     return [m for m in present if any(m in v for v in results["variants"].values())]
 
 

@@ -33,6 +33,8 @@ class VariantRun:
     rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> judged units, best first
     page_rankings: dict[str, list[str]] = field(default_factory=dict)  # qid -> "file.pdf#p3" units, best first
     passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
+    # qid -> the answer or its quote (a reader's answer shows the picker's sentences beside it) holds them all
+    passed_with_quote: dict[str, bool] = field(default_factory=dict)
     abstained: dict[str, bool] = field(default_factory=dict)  # qid -> the answer said the documents hold none
     fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
     answer_fallbacks: Counter = field(default_factory=Counter)  # LLM failure -> answers given by the fallback
@@ -245,3 +247,8 @@ def _answer(
         return
     text = answer.text.lower()
     run.passed[qid] = not answer.abstained and all(s.lower() in text for s in evalset.answers[qid])
+    if answer.quote:
+        shown = "\n".join([text, *(c.text.lower() for c in answer.quote)])
+        run.passed_with_quote[qid] = not answer.abstained and all(s.lower() in shown for s in evalset.answers[qid])
+    else:
+        run.passed_with_quote[qid] = run.passed[qid]

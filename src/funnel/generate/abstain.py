@@ -189,7 +189,7 @@ def abstention(answer: Answer, evidence: Evidence) -> Answer:
         lines = [NOT_IN_DOCUMENTS]
     flags = tuple(dict.fromkeys((*answer.flags, ABSTAINED)))
     return replace(answer, text="\n".join(lines), citations=tuple(citations), flags=flags, abstained=True,
-                   evidence=evidence.score)
+                   evidence=evidence.score, quote=())
 
 
 def gated(answer: Answer, evidence: Evidence) -> Answer:

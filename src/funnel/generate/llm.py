@@ -230,6 +230,8 @@ class FallbackGenerator:
     def __getattr__(self, name: str):
         # `borderline` is the primary's (a reader's), with the abstainer as its fallback: a borderline question
         # the reader cannot read is not answered by the picker the gate judged short of evidence.
+        if name == "quote" and hasattr(self.primary, "quote"):  # the sentences shown while a reader reads
+            return self.primary.quote
         if name == "borderline" and hasattr(self.primary, "borderline"):
             from funnel.generate.abstain import Abstainer
 

@@ -3,7 +3,9 @@ held to them before anyone sees it.
 
 1. The sentence picker (`ExtractiveGenerator`) answers first, in well under a second. Its chosen sentences
    say where on each passage the answer most likely is. A table cell it found by its row and column is
-   the answer as it is (the model, measured, misread such rows).
+   the answer as it is (the model, measured, misread such rows). Its sentences are also the answer's
+   `quote`: shown at once (`quote()`, well before the model's first word) and kept beside the model's own
+   answer as "From the page", so a reader that words it wrong or misses a value still shows the sentence.
 2. The model sees the `passages` best chunks (by final rank; the picker's first chunk always among them),
    each cut to a window of `passage_chars` around the picker's sentence (or the question's words): table
    rows keep their header line. It is told to answer from them alone, in the question's language, citing
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import Generator, Iterator
 
 from funnel.generate.abstain import NOT_IN_DOCUMENTS
@@ -28,7 +31,7 @@ from funnel.generate.chat import ChatMessage, ChatModel
 from funnel.generate.extractive import ExtractiveGenerator, question_terms
 from funnel.generate.grounding import SENTENCE_DONE, check, sentences
 from funnel.generate.llm import AnswerStream, Passage, _body, cited
-from funnel.types import Answer, SearchResult
+from funnel.types import Answer, Citation, SearchResult
 
 SYSTEM_PROMPT = (
     "You answer a question from numbered passages of the user's documents. Rules:\n"
@@ -54,6 +57,9 @@ class ReaderGenerator:
     passage_chars: int = 900
     max_answer_tokens: int = 160
     refusal: str = "picker"  # when the model finds no answer: the picker's answer stands, or "abstain"
+    # The latest picks, so `quote()` (called first, to show the sentences at once) and the stream pick once.
+    _picks: list = dataclasses.field(default_factory=list, init=False, repr=False)
+    _picks_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -70,6 +76,24 @@ class ReaderGenerator:
 
     def answer(self, question: str, result: SearchResult) -> Answer:
         return self.stream_answer(question, result).finish()
+
+    def picked(self, question: str, result: SearchResult) -> tuple[Answer, bool]:
+        """The picker's answer to this question on this result, and whether it is a table's cell (picked once
+        per result: the last few are kept, each with its result, so an id is never reused)."""
+        with self._picks_lock:
+            for asked, searched, pick in self._picks:
+                if asked == question and searched is result:
+                    return pick
+        pick = self.picker.pick(question, result)
+        with self._picks_lock:
+            self._picks[:] = [*self._picks[-3:], (question, result, pick)]
+        return pick
+
+    def quote(self, question: str, result: SearchResult) -> tuple[Citation, ...]:
+        """The sentences to show at once, while the model reads: the picker's, each with where it stands. None
+        for a table's cell (that is the answer itself, at once) or when the picker found nothing."""
+        picked, cell = self.picked(question, result)
+        return () if cell or picked.abstained else picked.citations
 
     def stream_answer(self, question: str, result: SearchResult) -> AnswerStream:
         return AnswerStream(self._stream(question, result))
@@ -99,7 +123,7 @@ class ReaderGenerator:
     # --- internals -----------------------------------------------------------------------------------
 
     def _stream(self, question: str, result: SearchResult) -> Generator[str, None, Answer]:
-        picked, cell = self.picker.pick(question, result)
+        picked, cell = self.picked(question, result)
         passages = self.pack(question, result, picked)
         if cell or not passages:  # a table's cell by its row and column is exact: nothing to read
             yield from _whole(picked)
@@ -144,7 +168,8 @@ class ReaderGenerator:
                                        flags=(*picked.flags, why, "picker", *flags))
         text = " ".join(shown)
         citations, _ = cited(text, passages)
-        return Answer(question, text, citations, self.name, result, flags=("read", *flags))
+        return Answer(question, text, citations, self.name, result, flags=("read", *flags),
+                      quote=() if cell else picked.citations)
 
     def _settle(self, sentence: str, texts: dict[int, str], shown: list[str], verdicts: list[str]
                 ) -> Generator[str, None, None]:

@@ -3,6 +3,7 @@
 `Pipeline.prepare(result)` measures the evidence and picks the answerer (the configured generator, or the
 abstainer when the evidence falls short); `AnswerStep.stream()` gives the answer's text deltas as they come;
 `settle` holds the finished answer to the evidence (an LLM that said the documents do not answer abstained).
+`AnswerStep.quote()` is what can be shown before the first delta: a reader's quoted sentences.
 `Pipeline.ask`, the CLI, the HTTP API and its SSE stream, MCP and `funnel eval` all answer through it.
 """
 
@@ -16,7 +17,7 @@ from funnel.generate import abstain
 from funnel.generate.abstain import Evidence
 from funnel.generate.base import Generator as AnswerGenerator
 from funnel.generate.llm import AnswerStream, answer_stream
-from funnel.types import Answer, SearchResult
+from funnel.types import Answer, Citation, SearchResult
 
 
 # Evidence from this share of the index's threshold up to it is borderline: a reader (a generator with
@@ -50,6 +51,12 @@ class AnswerStep:
     @property
     def abstains(self) -> bool:
         return isinstance(self.answerer, abstain.Abstainer)
+
+    def quote(self) -> tuple[Citation, ...]:
+        """What can be shown at once while the answer is written: a reader's quoted sentences (the picker's,
+        in well under a second), or nothing (an abstention, or an answerer that is instant anyway)."""
+        quote = None if self.abstains else getattr(self.answerer, "quote", None)
+        return quote(self.question, self.result) if quote is not None else ()
 
     def stream(self) -> AnswerStream:
         """The text deltas; `answer` is the settled answer once they are exhausted."""

@@ -129,6 +129,14 @@ class AskOut(RerankInfo):
     fallback_reason: str = ""
     abstained: bool = Field(False, description="true: the documents do not answer the question; the citations "
                                                "are the closest passages, not an answer")
+    quote: list[CitationOut] = Field(default_factory=list, description=(
+        "beside a reader model's answer: the sentences the extractive picker chose, verbatim"))
+
+
+def _citation(c) -> CitationOut:
+    return CitationOut(number=c.number, path=c.path, doc_id=c.doc_id, chunk_id=c.chunk_id, text=c.text,
+                       location=c.location, heading=c.heading, page=c.page, line_start=c.line_start,
+                       line_end=c.line_end)
 
 
 class Passage(Location):
@@ -259,12 +267,7 @@ class FunnelTools:
         search = answer.search
         return AskOut(
             collection=name, question=answer.question, answer=answer.text,
-            citations=[
-                CitationOut(number=c.number, path=c.path, doc_id=c.doc_id, chunk_id=c.chunk_id, text=c.text,
-                            location=c.location, heading=c.heading, page=c.page, line_start=c.line_start,
-                            line_end=c.line_end)
-                for c in answer.citations
-            ],
+            citations=[_citation(c) for c in answer.citations], quote=[_citation(c) for c in answer.quote],
             answered_by=answer.generator, flags=list(answer.flags), fallback_reason=answer.fallback_reason,
             abstained=answer.abstained, rerank_status=search.rerank_status.value if search else "skipped",
             rerank_reason=search.rerank_reason if search else "", policy=search.policy if search else "none",

@@ -19,6 +19,7 @@ Streaming (`stream: true`, or `Accept: text/event-stream` when `stream` is left 
 
     event: meta   {conversation_id, question, search_query, rewritten_by, rerank_status, rerank_reason,
                    policy, sources, timings_ms}
+    event: quote  {citations}            (a reader's answer only: the picker's sentences, shown while it reads)
     event: delta  {text}                 (many)
     event: done   {the whole JSON answer}
     event: error  {detail}               (instead of done, when the answer could not be finished)
@@ -51,7 +52,7 @@ from starlette.concurrency import run_in_threadpool
 from funnel.apps.api.access import principal_of
 from funnel.apps.api.collections import collection as get_collection
 from funnel.apps.api.rewrite import QueryRewriter, new_conversation_id
-from funnel.apps.api.schemas import AskRequest, AskResponse, SourceOut
+from funnel.apps.api.schemas import AskRequest, AskResponse, CitationOut, SourceOut
 from funnel.apps.api.errors import Forbidden
 from funnel.apps.state.conversations import OPEN_OWNER, CitedPassage, Conversations, Turn
 from funnel.apps.state.keys import Role
@@ -192,6 +193,13 @@ def _meta(prepared: Prepared) -> dict:
 
 async def _events(request: Request, prepared: Prepared, stream: AnswerStream) -> AsyncIterator[str]:
     yield sse("meta", _meta(prepared))
+    try:
+        quote = await run_in_threadpool(prepared.step.quote)
+    except FunnelError as e:
+        yield sse("error", {"detail": str(e)})
+        return
+    if quote:
+        yield sse("quote", {"citations": [CitationOut.of(c).model_dump() for c in quote]})
     producer = _Producer(stream, asyncio.get_running_loop())
     started = time.perf_counter()
     try:

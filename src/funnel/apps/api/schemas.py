@@ -259,6 +259,9 @@ class AskResponse(BaseModel):
                                                "`citations` are the closest passages, not an answer")
     evidence: float | None = Field(None, description="the evidence measured for an answer (0-1), held to the "
                                                      "index's abstention threshold; null when abstention is off")
+    quote: list[CitationOut] = Field(default_factory=list, description=(
+        "beside a reader model's answer: the sentences the extractive picker chose, verbatim, each where it "
+        "stands (shown as 'From the page'; the SSE stream sends them first, as `quote`)"))
     conversation_id: str
     memory_note: str = Field("", description="with no_memory: why the conversation's memory was not used")
     rerank_status: str
@@ -282,6 +285,7 @@ class AskResponse(BaseModel):
             flags=list(answer.flags),
             abstained=answer.abstained,
             evidence=None if answer.evidence is None else round(answer.evidence, 4),
+            quote=[CitationOut.of(c) for c in answer.quote],
             conversation_id=conversation_id,
             rerank_status=result.rerank_status.value,
             rerank_reason=result.rerank_reason,

@@ -135,6 +135,8 @@ def print_answer(answer: Answer, shown: bool = False) -> None:
         out.print(styled("Q:", "bold", answer.question))
         out.print(answer.text)
     out.print()
+    if not shown:
+        print_quote(answer.quote)
     if answer.abstained and answer.citations:
         out.print("closest, not an answer:", style="yellow")
     for c in answer.citations:
@@ -170,14 +172,23 @@ def answer_json(answer: Answer) -> dict:
         # true: the documents do not support an answer; the citations are the closest passages, not an answer
         "abstained": answer.abstained,
         "evidence": answer.evidence,
+        "quote": [asdict(c) for c in answer.quote],
         "citations": [asdict(c) for c in answer.citations],
         "search": result_json(answer.search) if answer.search else None,
     }
 
 
+def print_quote(quote) -> None:
+    """A reader's quoted sentences (the picker's), verbatim, each with where it stands."""
+    for c in quote:
+        out.print(styled("From the page:", "dim", f"“{c.text}” ({c.path}, {place(c.location, c.heading)})"))
+
+
 def stream_answer(step: AnswerStep) -> Answer:
-    """The answer step's text printed as it comes (the reader's sentences, each checked), then its answer."""
+    """The answer step's text printed as it comes (the reader's sentences, each checked), then its answer. A
+    reader's quoted sentences come first, at once, while the model reads."""
     out.print(styled("Q:", "bold", step.question))
+    print_quote(step.quote())
     stream = step.stream()
     for delta in stream:
         out.print(delta, end="", markup=False, highlight=False, soft_wrap=True)

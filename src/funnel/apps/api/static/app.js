@@ -94,6 +94,16 @@ function renderInfo(info, done) {
   info.replaceChildren(...parts);
 }
 
+function renderQuote(box, quote) {
+  // Beside a reader model's answer: the picker's sentences, verbatim, each opening its passage. Sent first
+  // (the `quote` event, well before the model's first word) and again with the finished answer.
+  box.replaceChildren(...(quote.length ? [h("p", { class: "quote-label muted small" }, "From the page")] : []),
+    ...quote.map((c) => h("blockquote", { class: "quote small" }, `“${c.text}” `,
+      h("button", { type: "button", class: "link", onclick: (e) => showPassage(c, e.currentTarget) },
+        [c.title || c.path, where(c)].filter(Boolean).join(", ")))));
+  box.hidden = quote.length === 0;
+}
+
 function setAsking(controller) {
   state.asking = controller;
   $("ask").disabled = !!controller;
@@ -108,8 +118,9 @@ async function ask(question) {
   const info = h("p", { class: "info small" });
   info.dataset.question = question;
   const sources = h("ol", { class: "sources small", hidden: true, "aria-label": "sources" });
+  const quote = h("div", { class: "quotes", hidden: true, "aria-label": "from the page" });
   turn.append(h("p", { class: "question" }, h("span", { class: "visually-hidden" }, "Question: "), question),
-    answer, status, info, sources);
+    answer, quote, status, info, sources);
   $("conversation").append(turn);
   turn.scrollIntoView({ block: "nearest" });
 
@@ -138,6 +149,9 @@ async function ask(question) {
       if (event === "meta") {
         if (payload.conversation_id) state.conversationId = payload.conversation_id;
         status.textContent = "answering…";
+      } else if (event === "quote") {
+        renderQuote(quote, payload.citations || []);
+        status.textContent = "reading the passages…";
       } else if (event === "delta") {
         text += payload.text ?? "";
         answer.textContent = text;
@@ -145,6 +159,7 @@ async function ask(question) {
         if (payload.conversation_id) state.conversationId = payload.conversation_id;
         text = payload.answer ?? text;
         renderSources(sources, payload.citations || []);
+        renderQuote(quote, payload.quote || []);
         if (payload.abstained) markAbstention(turn, answer, sources, text);
         else renderAnswerText(answer, text, payload.citations);
         renderInfo(info, payload);
