@@ -99,3 +99,21 @@ def test_settings_refuse_an_unknown_analyzer_in_one_line():
     assert load_settings(analyzer="cjk").ingest.analyzer == "cjk"
     with pytest.raises(ConfigError, match="analyzer must be one of auto, english, cjk, korean, got 'bigram'"):
         load_settings(analyzer="bigram")
+
+
+def test_the_language_model_is_let_go_before_calibration_and_loaded_again_when_needed(tmp_path):
+    """py3langid's model (~80 MB resident) serves ingest only: `Pipeline.calibrate` releases it, and the next
+    document to detect loads it again."""
+    from funnel.analyze import detect
+    from funnel.pipeline import Pipeline
+
+    assert detect.language("The committee meets every second Tuesday to review the fund's holdings.") == "en"
+    assert detect._identifier is not None
+    p = Pipeline.build(store=LanceStore(tmp_path / "index"), embedder=HashingEmbedder(), reranker=None)
+    (tmp_path / "notes.txt").write_text("The committee meets every second Tuesday. It reviews the holdings.\n")
+    p.indexer.ingest_paths([tmp_path / "notes.txt"])
+    assert detect._identifier is not None
+    p.calibrate()  # too small to measure, which it says; the model is let go all the same
+    assert detect._identifier is None
+    assert detect.language("Der Ausschuss tagt an jedem zweiten Dienstag im Monat.") == "de"
+    assert detect._identifier is not None

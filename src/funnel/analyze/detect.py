@@ -1,5 +1,5 @@
 """The language of a document, detected once at ingest (py3langid: a maintained fork of langid.py, 97
-languages, its model in the wheel) and kept on its chunks (`Chunk.language`, an ISO 639-1 code).
+languages, its model in the wheel; its own instance here, so `release()` can free it) and kept on its chunks (`Chunk.language`, an ISO 639-1 code).
 
 Code keeps its programming language there instead. Detection reads the first SAMPLE_CHARS of the text, so
 it costs about a millisecond a document; a failure leaves the language unknown (None), never the ingest.
@@ -26,14 +26,23 @@ def _classifier():
     with _lock:
         if _identifier is None and not _failed:
             try:
-                from py3langid import classify
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-                classify("warm up")  # loads the model once, here, so a damaged one is said here
-                _identifier = classify
+                identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+                identifier.classify("warm up")  # a damaged model is said here, once
+                _identifier = identifier.classify
             except Exception as e:  # not installed, or a damaged model: languages stay unknown
                 _failed = True
                 log.warning("language detection is off: %s: %s", type(e).__name__, str(e)[:200])
         return _identifier
+
+
+def release() -> None:
+    """Let the model go (~80 MB resident): calibration, which follows an ingest in the same process, needs no
+    detection; the next document to detect loads it again (~1 s)."""
+    global _identifier
+    with _lock:
+        _identifier = None
 
 
 def language(text: str) -> str | None:
