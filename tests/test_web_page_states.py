@@ -11,6 +11,7 @@ import re
 import pytest
 from helpers import serving
 from test_web_page import TIMEOUT_MS, failed_responses, fresh_page, launch_browser, screenshot, settings
+from upstream_support import fake  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 expect = pytest.importorskip("playwright.sync_api").expect
@@ -166,3 +167,29 @@ def test_ask_only_the_ticked_documents(tmp_path, page):
         with page.expect_request(re.compile(r"/ask$")) as everything:
             page.press("#question", "Enter")
         assert "documents" not in everything.value.post_data_json
+
+
+def test_a_readers_quote_shows_before_the_model_writes_and_stays_beside_its_answer(tmp_path, page, fake):
+    """With a reader model (an OpenAI-compatible server on loopback, slowed to a delta a second), the
+    picker's sentence shows under "From the page" while the answer is still empty; the model's answer then
+    streams above it, and the sentence opens its passage."""
+    from api_support import FakeOpenAI
+
+    llm = FakeOpenAI(fake)
+    llm.deltas, llm.delay = ["The office opens ", "at nine [1]."], 1.0
+    with serve(tmp_path, llm=f"openai:{llm.url}", llm_mode="reader", llm_timeout_s=30) as url:
+        page.goto(url + "/")
+        upload_and_wait(page, tmp_path, {"office.txt": "The Tallinn office opens at nine on weekdays."})
+        page.fill("#question", "When does the Tallinn office open?")
+        page.press("#question", "Enter")
+        turn = page.locator(".turn").last
+        expect(turn.locator(".quotes")).to_contain_text("From the page")
+        expect(turn.locator(".quote")).to_contain_text("The Tallinn office opens at nine on weekdays.")
+        assert "at nine" not in turn.locator(".answer").inner_text()  # the model has not written it yet
+        screenshot(page, tmp_path, "reader-quote-first")
+        expect(turn.locator(".info")).to_contain_text("answered by", timeout=TIMEOUT_MS)
+        expect(turn.locator(".answer")).to_have_text("The office opens at nine [1].")
+        expect(turn.locator(".quote")).to_contain_text("The Tallinn office opens at nine")
+        turn.locator(".quote button").click()
+        expect(page.locator("#passage")).to_contain_text("Tallinn office")
+        screenshot(page, tmp_path, "reader-answer-and-quote")
