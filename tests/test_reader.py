@@ -233,3 +233,19 @@ def test_the_pickers_sentence_is_shown_first_and_kept_beside_the_readers_answer(
     # An abstention quotes nothing.
     evidence = Evidence(0.1, 0.2, 0.0, None, False, 0.5, 4, threshold=0.35)
     assert AnswerStep(result.query, result, Abstainer(evidence, "x"), evidence).quote() == ()
+
+
+def test_every_sentence_the_picker_chose_is_quoted_even_when_they_share_one_citation():
+    from funnel.generate.reader import quoted
+    from funnel.types import Answer, Citation
+
+    first = Citation.of(1, MANUAL[0], "asn1_der_decoding returns ASN1_SUCCESS on success.")
+    other = Citation.of(2, MANUAL[1], "The default weight of a glob pattern is 50.")
+    picked = Answer("q", "asn1_der_decoding returns ASN1_SUCCESS on success. [1]\n"
+                         "It returns ASN1_DER_ERROR if the DER encoding does not match [1]\n"
+                         "the structure.\nThe default weight of a glob pattern is 50. [2]", (first, other), "extractive")
+    assert [(q.number, q.text) for q in quoted(picked)] == [
+        (1, "asn1_der_decoding returns ASN1_SUCCESS on success."),
+        (1, "It returns ASN1_DER_ERROR if the DER encoding does not match the structure."),
+        (2, "The default weight of a glob pattern is 50.")]
+    assert quoted(Answer("q", "no markers here", (first,), "extractive")) == (first,)

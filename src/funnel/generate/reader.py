@@ -93,7 +93,7 @@ class ReaderGenerator:
         """The sentences to show at once, while the model reads: the picker's, each with where it stands. None
         for a table's cell (that is the answer itself, at once) or when the picker found nothing."""
         picked, cell = self.picked(question, result)
-        return () if cell or picked.abstained else picked.citations
+        return () if cell or picked.abstained else quoted(picked)
 
     def stream_answer(self, question: str, result: SearchResult) -> AnswerStream:
         return AnswerStream(self._stream(question, result))
@@ -169,7 +169,7 @@ class ReaderGenerator:
         text = " ".join(shown)
         citations, _ = cited(text, passages)
         return Answer(question, text, citations, self.name, result, flags=("read", *flags),
-                      quote=() if cell else picked.citations)
+                      quote=() if cell else quoted(picked))
 
     def _settle(self, sentence: str, texts: dict[int, str], shown: list[str], verdicts: list[str]
                 ) -> Generator[str, None, None]:
@@ -211,6 +211,25 @@ class ReaderGenerator:
         if lo > 0 and "|" in lines[0] and "|" in lines[at]:  # a table: keep its header row
             picked = [lines[0], *picked]
         return "\n".join(picked)[: self.passage_chars + 200]
+
+
+_MARKED = re.compile(r"^(.*?)\s*((?:\[\d+\]\s*)+)$")
+
+
+def quoted(picked: Answer) -> tuple[Citation, ...]:
+    """The picker's answer as quotes: each of its lines ("sentence [n]") as the citation it names, holding that
+    sentence (a citation holds only the first sentence it was made for: three sentences of one chunk are one
+    citation). A line without a marker continues the one before it."""
+    by_number = {c.number: c for c in picked.citations}
+    quotes: list[Citation] = []
+    for line in picked.text.splitlines():
+        match = _MARKED.match(line.strip())
+        number = int(re.findall(r"\d+", match.group(2))[0]) if match else None
+        if match and number in by_number and match.group(1):
+            quotes.append(dataclasses.replace(by_number[number], text=match.group(1)))
+        elif quotes and line.strip():
+            quotes[-1] = dataclasses.replace(quotes[-1], text=f"{quotes[-1].text} {line.strip()}")
+    return tuple(quotes) or picked.citations
 
 
 # What may still become the citations of the sentence before it: nothing yet, spaces, "[", "[1", "[1, 2".
