@@ -65,6 +65,32 @@ class TestPgStore(StoreContract):
         assert "\n" not in str(outcome[0])
         assert store.search_lexical("alpha", 3) is not None  # the lock is gone: the same store reads again
 
+    def test_a_first_ingest_racing_another_for_the_extension_goes_on(self, pg_dsn):
+        """Two first ingests (two collections of a new database) both ran CREATE EXTENSION vector: the
+        second waited for the first's commit, then got a duplicate-key error and failed its upload. Here the
+        other creator holds the extension uncommitted while the store starts its first ingest."""
+        import threading
+
+        with psycopg.connect(pg_dsn) as other:
+            other.execute("CREATE EXTENSION IF NOT EXISTS vector")  # not committed yet
+            outcome: list[BaseException | None] = []
+
+            def ingest():
+                try:
+                    _write(PgStore(pg_dsn, table_prefix="second"), CORPUS)
+                    outcome.append(None)
+                except BaseException as e:  # noqa: BLE001 - the test reads it below
+                    outcome.append(e)
+
+            writer = threading.Thread(target=ingest)
+            writer.start()
+            writer.join(timeout=1.5)
+            assert writer.is_alive(), "the store should wait for the other creator's commit"
+            other.commit()
+        writer.join(timeout=30)
+        assert outcome == [None], outcome
+        assert PgStore(pg_dsn, table_prefix="second").info().chunks == 4
+
     def test_second_writer_gets_a_clear_error(self, pg_dsn):
         with PgStore(pg_dsn).transaction(EMB.name, EMB.dim):
             with pytest.raises(StoreError, match="another ingest"):

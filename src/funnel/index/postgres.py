@@ -360,8 +360,14 @@ class PgStore:
     def _create(self, conn, embedder: str, dim: int, analyzer: str) -> None:
         psycopg = _psycopg()
         try:
-            with conn.transaction():  # a savepoint: the error below must not abort the whole write
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            try:
+                with conn.transaction():  # a savepoint: the error below must not abort the whole write
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except psycopg.errors.UniqueViolation:
+                # Another first ingest (another collection, another process) created it at the same moment:
+                # PostgreSQL made this one wait for that commit, then refused the duplicate. It exists now.
+                with conn.transaction():
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as e:
             raise StoreError(
                 f"{self}: the pgvector extension is missing and could not be created "
