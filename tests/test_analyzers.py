@@ -117,3 +117,34 @@ def test_the_language_model_is_let_go_before_calibration_and_loaded_again_when_n
     assert detect._identifier is None
     assert detect.language("Der Ausschuss tagt an jedem zweiten Dienstag im Monat.") == "de"
     assert detect._identifier is not None
+
+
+def test_an_index_without_hangul_asks_no_kiwi_for_a_korean_question_and_finds_the_same(tmp_path, monkeypatch):
+    """Kiwi costs ~500 MB: an index that records holding no Hangul, Han or Kana analyzes a question's CJK words
+    as bigrams (they match nothing there either way); one that holds Korean, or was made before the record,
+    keeps Kiwi."""
+    from funnel.pipeline import Pipeline
+
+    store = LanceStore(tmp_path / "en")
+    p = Pipeline.build(store=store, embedder=HashingEmbedder(), reranker=None)
+    (tmp_path / "docker.txt").write_text("Docker keeps container logs under /var/lib/docker/containers.\n")
+    p.indexer.ingest_paths([tmp_path / "docker.txt"])
+    state = json.loads((tmp_path / "en" / STATE_FILE).read_text())
+    assert state["analyzer"] == "korean" and state["cjk"] is False
+    question = "Docker 로그는 어디에 저장되나요?"
+    with_kiwi = [s.chunk.chunk_id for s in store.search_lexical(question, 5)]  # before Kiwi is barred below
+    calls = []
+    monkeypatch.setattr(korean, "_kiwi_or_none", lambda: calls.append(1))
+    assert [s.chunk.chunk_id for s in store.search_lexical(question, 5)] == with_kiwi != []
+    assert p.ask_step(question).evidence is not None and calls == []
+    # Korean text joins: from then on the question is analyzed as the index is, by Kiwi.
+    (tmp_path / "ko.txt").write_text("도커 로그는 컨테이너 폴더에 저장됩니다.\n")
+    p.indexer.ingest_paths([tmp_path / "ko.txt"])
+    assert json.loads((tmp_path / "en" / STATE_FILE).read_text())["cjk"] is True
+    store.search_lexical(question, 5)
+    assert calls, "an index holding Korean analyzes a Korean question with Kiwi"
+    # An index made before the record says nothing, so Kiwi stays.
+    old = json.loads((tmp_path / "en" / STATE_FILE).read_text())
+    old.pop("cjk")
+    (tmp_path / "en" / STATE_FILE).write_text(json.dumps(old))
+    assert LanceStore(tmp_path / "en").query_analyzer().name == "korean"

@@ -51,10 +51,10 @@ _FRAME = frozenset("many much mean means meaning kind kinds type types way ways 
                      "은가요 는가 ㄴ가요 있나요 되나요 하나요".split())
 
 
-def _content_terms(text: str) -> set[str]:
+def _content_terms(text: str, analyzer=None) -> set[str]:
     """The question's terms that name its matter: no frame words, no single letters ("fund's" -> "s") and no
     single syllables (a Korean verb stem or ending: 받, 타, 내)."""
-    return {t for t in question_terms(text) if t not in _FRAME and (len(t) > 1 or t.isdigit())}
+    return {t for t in question_terms(text, analyzer) if t not in _FRAME and (len(t) > 1 or t.isdigit())}
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,9 @@ def _agreement(hit: Hit) -> bool:
 
 def measure(question: str, result: SearchResult, store: Store | None = None, threshold: float = 0.0) -> Evidence:
     """The evidence `result` holds for `question`, to be held to `threshold`."""
-    terms = _content_terms(question)
+    # The index's own analysis of a question (an index holding no Hangul analyzes it without Kiwi).
+    query_analyzer = getattr(store, "query_analyzer", None)
+    terms = _content_terms(question, query_analyzer() if query_analyzer is not None else None)
     passages = _passages(result)
     if not terms or not passages:
         # No passage: nothing supports an answer. No content term ("?", "why?"): the question names nothing a

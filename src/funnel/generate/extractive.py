@@ -37,17 +37,19 @@ _STOP_KO = frozenset("은 는 이 가 을 를 의 에 도 와 과 로 으로 에
                      "겠 습니다 니다 는다 ᆫ ᆯ 하 되 있 없 것 수 등 및 그 이런 저 the".split())
 
 
-def _terms(text: str) -> set[str]:
+def _terms(text: str, analyzer=None) -> set[str]:
     words = {w for w in _WORD.findall(text.lower()) if w not in _STOP}
     if has_cjk(text):  # Hangul, Han, Kana: the terms BM25 indexes (morphemes or bigrams), not [a-z0-9] runs
-        words |= {t for t in default_analyzer().lex(text).lower().split() if has_cjk(t) and t not in _STOP_KO}
+        lexed = (analyzer or default_analyzer()).lex(text).lower().split()
+        words |= {t for t in lexed if has_cjk(t) and t not in _STOP_KO}
     return words
 
 
-def question_terms(text: str) -> set[str]:
+def question_terms(text: str, analyzer=None) -> set[str]:
     """The content terms of a text as the answer compares them: words less stop words, and for Hangul, Han
-    and Kana the terms BM25 indexes."""
-    return _terms(text)
+    and Kana the terms BM25 indexes (`analyzer`'s: the one the index analyzes a question with; default: the
+    one a new index gets)."""
+    return _terms(text, analyzer)
 
 
 def _lexical(question: set[str], sentences: list[set[str]]) -> np.ndarray:

@@ -192,11 +192,21 @@ class LanceStore:
             query = query.where(where, prefilter=True)
         return [ScoredChunk(row_to_chunk(r), 1.0 - float(r["_distance"])) for r in query.to_list()]
 
+    def query_analyzer(self) -> analyze.Analyzer:
+        """The index's analyzer, except on an index known to hold no Hangul, Han or Kana: there a question's
+        CJK words can match nothing whatever their analysis, so they are cut into bigrams rather than loading
+        Kiwi (~500 MB) to analyze them. Latin text passes every analyzer unchanged, so the BM25 result is
+        the same."""
+        self._reader()  # the committed state, read again when another process committed
+        state = self._state or {}
+        name = state.get("analyzer", analyze.LEGACY)
+        return analyze.get("cjk" if name == "korean" and state.get("cjk") is False else name)
+
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
         table = self._reader()
         if table is None or n <= 0:
             return []
-        text = analyze.get(self._state.get("analyzer", analyze.LEGACY)).lex(query).strip()
+        text = self.query_analyzer().lex(query).strip()
         if not text:
             return []
         from lancedb.query import MatchQuery
@@ -254,7 +264,9 @@ class LanceStore:
                 raise
             if tx.changed or state is None:
                 self._refresh_indexes(table)
-                new_state = self._write_state(self._state_for(table, embedder, dim, analyzer))
+                # Whether the index holds CJK text: known for an index made since it was recorded (None: not).
+                cjk = tx.cjk if state is None else (state["cjk"] or tx.cjk if "cjk" in state else None)
+                new_state = self._write_state(self._state_for(table, embedder, dim, analyzer, cjk))
                 if state is not None and self._drop_old_versions(table, keep=state["version"]):
                     # Same rows, compacted: point readers there (the counts are unchanged).
                     self._write_state({**new_state, "version": table.version})
@@ -348,7 +360,7 @@ class LanceStore:
             log.warning("could not drop old versions of %s: %s", self.path, e)
         return table.version != before
 
-    def _state_for(self, table, embedder: str, dim: int, analyzer: str) -> dict:
+    def _state_for(self, table, embedder: str, dim: int, analyzer: str, cjk: bool | None) -> dict:
         docs = scan(table, ["doc_id"]).column("doc_id").unique()
         return {
             "format": FORMAT,
@@ -358,6 +370,7 @@ class LanceStore:
             "analyzer": analyzer,
             "chunks": table.count_rows(),
             "documents": len(docs),
+            **({} if cjk is None else {"cjk": cjk}),
         }
 
     def _write_state(self, state: dict) -> dict:

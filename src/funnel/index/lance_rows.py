@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from funnel.errors import StoreError
 from funnel.index.base import Filter, chunk_from_row
-from funnel.analyze import Analyzer
+from funnel.analyze import Analyzer, has_cjk
 from funnel.types import Chunk
 
 CHUNK_FIELDS = [
@@ -84,6 +84,7 @@ class LanceTransaction:
         self._dim = dim
         self._analyzer = analyzer
         self.changed = False
+        self.cjk = False  # whether a chunk added holds Hangul, Han or Kana (what the BM25 text is made from)
 
     def delete_documents(self, doc_ids: set[str]) -> None:
         ids = sorted(doc_ids)
@@ -98,4 +99,5 @@ class LanceTransaction:
         if vectors.shape != (len(chunks), self._dim):
             raise StoreError(f"got {vectors.shape} vectors for {len(chunks)} chunks of dim {self._dim}")
         self._table.add(chunks_to_arrow(chunks, vectors, self._dim, self._analyzer))
+        self.cjk = self.cjk or any(has_cjk(c.text) for c in chunks)
         self.changed = True
