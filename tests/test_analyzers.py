@@ -123,6 +123,7 @@ def test_an_index_without_hangul_asks_no_kiwi_for_a_korean_question_and_finds_th
     """Kiwi costs ~500 MB: an index that records holding no Hangul, Han or Kana analyzes a question's CJK words
     as bigrams (they match nothing there either way); one that holds Korean, or was made before the record,
     keeps Kiwi."""
+    from funnel.generate.abstain import _content_terms
     from funnel.pipeline import Pipeline
 
     store = LanceStore(tmp_path / "en")
@@ -131,12 +132,17 @@ def test_an_index_without_hangul_asks_no_kiwi_for_a_korean_question_and_finds_th
     p.indexer.ingest_paths([tmp_path / "docker.txt"])
     state = json.loads((tmp_path / "en" / STATE_FILE).read_text())
     assert state["analyzer"] == "korean" and state["cjk"] is False
-    question = "Docker 로그는 어디에 저장되나요?"
+    question = "Docker의 로그는 어디에 저장되나요?"  # Kiwi splits Docker의 -> Docker 의; so must the stand-in
     with_kiwi = [s.chunk.chunk_id for s in store.search_lexical(question, 5)]  # before Kiwi is barred below
+    kiwi_terms = _content_terms(question)
     calls = []
     monkeypatch.setattr(korean, "_kiwi_or_none", lambda: calls.append(1))
     assert [s.chunk.chunk_id for s in store.search_lexical(question, 5)] == with_kiwi != []
-    assert p.ask_step(question).evidence is not None and calls == []
+    step = p.ask_step(question)
+    assert step.evidence is not None and calls == []
+    # The gate counts about as many words as Kiwi's morphemes (docker 로그 저장 against docker 로그는 어디에
+    # 저장되나요), all of them but docker absent from this index either way.
+    assert abs(step.evidence.terms - len(kiwi_terms)) <= 1 and step.evidence.absent > 0.5
     # Korean text joins: from then on the question is analyzed as the index is, by Kiwi.
     (tmp_path / "ko.txt").write_text("도커 로그는 컨테이너 폴더에 저장됩니다.\n")
     p.indexer.ingest_paths([tmp_path / "ko.txt"])

@@ -588,6 +588,11 @@ def test_a_readers_answer_is_scored_alone_and_with_the_sentence_quoted_beside_it
     assert run.variants["hybrid"].passed_with_quote == {"ceo": True}
     entry = report.results_json(report.score(run, "hybrid"), [])["variants"]["hybrid"]
     assert entry["answers_passed"] == 0.0 and entry["answers_passed_with_quote"] == 1.0
+    # A reader whose own text passes: the verdicts agree, and the column is still there to compare variants by.
+    right = FallbackGenerator(ReaderGenerator(ScriptedChat("Jane Roe is the CEO [1]."), picker), picker)
+    agreed = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=right)
+    entry = report.results_json(report.score(agreed, "hybrid"), [])["variants"]["hybrid"]
+    assert entry["answers_passed"] == entry["answers_passed_with_quote"] == 1.0
     plain = run_eval(p, suite.evalset, parse_variants("hybrid"), generator=picker)
     assert "answers_passed_with_quote" not in report.score(plain, "hybrid").means["hybrid"]
 

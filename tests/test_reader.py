@@ -249,3 +249,21 @@ def test_every_sentence_the_picker_chose_is_quoted_even_when_they_share_one_cita
         (1, "It returns ASN1_DER_ERROR if the DER encoding does not match the structure."),
         (2, "The default weight of a glob pattern is 50.")]
     assert quoted(Answer("q", "no markers here", (first,), "extractive")) == (first,)
+
+
+def test_a_model_that_breaks_mid_answer_keeps_the_quote_shown_before_it():
+    picker = ExtractiveGenerator(HashingEmbedder())
+    chat = ScriptedChat("", deltas=["It is 50 [1]. ", "Weights range ", "from 0 [1]."], fail_after=2)
+    generator = FallbackGenerator(ReaderGenerator(chat, picker), picker)
+    result = search_result([MANUAL[1]], "What is the default weight of a glob pattern?")
+    stream = answer_stream(generator, result.query, result)
+    shown = "".join(stream)
+    assert shown.startswith("It is 50 [1].") and "interrupted" in shown
+    assert stream.answer.quote and "is 50" in stream.answer.quote[0].text
+
+
+def test_a_borderline_reader_quotes_nothing_before_it_decides():
+    generator, _ = reader("It is 50 [1].")
+    result = search_result([MANUAL[1]], "What is the default weight of a glob pattern?")
+    assert generator.quote(result.query, result)
+    assert generator.borderline(None).quote(result.query, result) == ()

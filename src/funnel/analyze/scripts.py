@@ -50,6 +50,19 @@ class English:
         return lexical_text(text)
 
 
+class CjkWordsApart:
+    """A question's analysis for an index that holds no Hangul, Han or Kana (`LanceStore.query_analyzer`): each CJK
+    run set apart from the Latin text it is joined to and kept whole, one term a word. Nothing of it can match
+    there, whatever the analysis, so no Kiwi is loaded; `Docker의` still searches `docker`, as Kiwi's `Docker 의`
+    did, and the abstention gate counts about as many absent words as Kiwi's morphemes. Not an index analyzer."""
+
+    name = "cjk-words-apart"
+
+    def lex(self, text: str) -> str:
+        text = lexical_text(text)
+        return _CJK_RUN.sub(lambda m: f" {m.group()} ", text) if has_cjk(text) else text
+
+
 class Cjk:
     """Hangul, Han and Kana runs as character bigrams; everything else as `english`."""
 

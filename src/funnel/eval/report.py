@@ -44,7 +44,7 @@ def score(run: EvalRun, baseline: str) -> Scores:
                 means[name][label] = mean(page_values[measure])
         if vr.passed:
             means[name]["answers_passed"] = sum(vr.passed.values()) / len(vr.passed)
-        if vr.passed_with_quote != vr.passed:  # a reader quoted the picker's sentences beside some answers
+        if vr.quoted and vr.passed_with_quote:  # a reader quoted the picker's sentences beside some answers
             means[name]["answers_passed_with_quote"] = sum(vr.passed_with_quote.values()) / len(vr.passed_with_quote)
         if vr.abstained:  # `expect: abstain` questions that abstained; the answerable ones that did, wrongly
             unanswerable = [vr.abstained[q] for q in vr.abstained if q in evalset.abstain]

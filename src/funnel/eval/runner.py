@@ -35,6 +35,7 @@ class VariantRun:
     passed: dict[str, bool] = field(default_factory=dict)  # qid -> answer contains every expected string
     # qid -> the answer or its quote (a reader's answer shows the picker's sentences beside it) holds them all
     passed_with_quote: dict[str, bool] = field(default_factory=dict)
+    quoted: int = 0  # answers that had a quote beside them
     abstained: dict[str, bool] = field(default_factory=dict)  # qid -> the answer said the documents hold none
     fallbacks: Counter = field(default_factory=Counter)  # reason -> queries that fell back
     answer_fallbacks: Counter = field(default_factory=Counter)  # LLM failure -> answers given by the fallback
@@ -248,6 +249,7 @@ def _answer(
     text = answer.text.lower()
     run.passed[qid] = not answer.abstained and all(s.lower() in text for s in evalset.answers[qid])
     if answer.quote:
+        run.quoted += 1
         shown = "\n".join([text, *(c.text.lower() for c in answer.quote)])
         run.passed_with_quote[qid] = not answer.abstained and all(s.lower() in shown for s in evalset.answers[qid])
     else:

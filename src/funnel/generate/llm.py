@@ -274,7 +274,9 @@ class FallbackGenerator:
                 )
             marker = INTERRUPTED.format(reason=reason)
             yield marker
-            return dataclasses.replace(partial, text=partial.text + marker)
+            quote = getattr(self.primary, "quote", None)  # what was shown first stays beside the broken answer
+            kept = partial.quote or (quote(question, result) if quote is not None else ())
+            return dataclasses.replace(partial, text=partial.text + marker, quote=kept)
         finally:
             primary.close()  # a reader that stops early drops the model's connection now, not at GC
         assert primary.answer is not None

@@ -92,6 +92,8 @@ class ReaderGenerator:
     def quote(self, question: str, result: SearchResult) -> tuple[Citation, ...]:
         """The sentences to show at once, while the model reads: the picker's, each with where it stands. None
         for a table's cell (that is the answer itself, at once) or when the picker found nothing."""
+        if self.refusal == "abstain":  # a borderline question: nothing of the picker's before the model decides
+            return ()
         picked, cell = self.picked(question, result)
         return () if cell or picked.abstained else quoted(picked)
 
@@ -169,7 +171,7 @@ class ReaderGenerator:
         text = " ".join(shown)
         citations, _ = cited(text, passages)
         return Answer(question, text, citations, self.name, result, flags=("read", *flags),
-                      quote=() if cell else quoted(picked))
+                      quote=self.quote(question, result))
 
     def _settle(self, sentence: str, texts: dict[int, str], shown: list[str], verdicts: list[str]
                 ) -> Generator[str, None, None]:

@@ -27,6 +27,7 @@ import numpy as np
 from funnel.errors import ConfigError, StoreError
 from funnel.index.base import Filter, IndexInfo, OutlineEntry, ScoredChunk, vectors_in_order
 from funnel import analyze
+from funnel.analyze.scripts import CjkWordsApart
 from funnel.index.lance_rows import (
     READ_COLUMNS,
     LanceTransaction,
@@ -194,13 +195,13 @@ class LanceStore:
 
     def query_analyzer(self) -> analyze.Analyzer:
         """The index's analyzer, except on an index known to hold no Hangul, Han or Kana: there a question's
-        CJK words can match nothing whatever their analysis, so they are cut into bigrams rather than loading
-        Kiwi (~500 MB) to analyze them. Latin text passes every analyzer unchanged, so the BM25 result is
-        the same."""
+        CJK words can match nothing whatever their analysis, so they are set apart whole (`CjkWordsApart`)
+        rather than loading Kiwi (~500 MB) to analyze them; the Latin words they were joined to are searched
+        as Kiwi would have split them."""
         self._reader()  # the committed state, read again when another process committed
         state = self._state or {}
         name = state.get("analyzer", analyze.LEGACY)
-        return analyze.get("cjk" if name == "korean" and state.get("cjk") is False else name)
+        return CjkWordsApart() if name == "korean" and state.get("cjk") is False else analyze.get(name)
 
     def search_lexical(self, query: str, n: int, filter: Filter | None = None) -> list[ScoredChunk]:
         table = self._reader()

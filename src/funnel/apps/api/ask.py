@@ -195,9 +195,9 @@ async def _events(request: Request, prepared: Prepared, stream: AnswerStream) ->
     yield sse("meta", _meta(prepared))
     try:
         quote = await run_in_threadpool(prepared.step.quote)
-    except FunnelError as e:
-        yield sse("error", {"detail": str(e)})
-        return
+    except Exception as e:  # the quote is extra: a picker that fails here leaves the answer to the stream
+        log.warning("no quote for the answer: %s", e, exc_info=not isinstance(e, FunnelError))
+        quote = ()
     if quote:
         yield sse("quote", {"citations": [CitationOut.of(c).model_dump() for c in quote]})
     producer = _Producer(stream, asyncio.get_running_loop())
