@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -142,6 +141,9 @@ def ask_all(pipeline, questions: list[dict]) -> list[dict]:
             row["chunk_location@5"] = any(
                 same_file(h.chunk.path, source) and at_place(h.chunk, where, kind) for h in hits)
             row["answer_passed"] = not answer.abstained and all(words(s) in words(answer.text) for s in expected)
+            # A reader's answer is shown with the picker's sentences beside it (its quote): what the person reads.
+            shown = "\n".join([answer.text, *(c.text for c in answer.quote)])
+            row["answer_with_quote_passed"] = not answer.abstained and all(words(s) in words(shown) for s in expected)
             row["where"] = where
         rows.append(row)
     return rows
@@ -154,7 +156,7 @@ def per_type(rows: list[dict]) -> dict:
         mine = [r for r in scored if r["type"] == kind]
         n = len(mine)
         out[kind] = {"questions": n, "errors": sum("error" in r for r in mine)}
-        for metric in ("file_hit@5", "location_hit@5", "chunk_location@5", "answer_passed"):
+        for metric in ("file_hit@5", "location_hit@5", "chunk_location@5", "answer_passed", "answer_with_quote_passed"):
             out[kind][metric] = sum(bool(r.get(metric)) for r in mine)
     return out
 
@@ -199,6 +201,8 @@ def main() -> int:
               f"{s['chunk_location@5']:7} {s['answer_passed']:6} {s['errors']:6}")
     print(f"{'all':6} {totals['questions']:3} {totals['file_hit@5']:6} {totals['location_hit@5']:6} "
           f"{totals['chunk_location@5']:7} {totals['answer_passed']:6} {totals['errors']:6}")
+    if totals["answer_with_quote_passed"] != totals["answer_passed"]:
+        print(f"answers with a reader's quote beside them: {totals['answer_with_quote_passed']}")
     unanswerable = [r for r in rows if r.get("expect_abstain")]
     answerable = [r for r in rows if r.get("type") and "error" not in r]
     abstention = {
