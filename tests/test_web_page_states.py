@@ -191,5 +191,6 @@ def test_a_readers_quote_shows_before_the_model_writes_and_stays_beside_its_answ
         expect(turn.locator(".answer")).to_have_text("The office opens at nine [1].")
         expect(turn.locator(".quote")).to_contain_text("The Tallinn office opens at nine")
         turn.locator(".quote button").click()
+        expect(page.locator("#passage-heading")).to_have_text("Quoted passage")  # not the answer's own [n]
         expect(page.locator("#passage")).to_contain_text("Tallinn office")
         screenshot(page, tmp_path, "reader-answer-and-quote")

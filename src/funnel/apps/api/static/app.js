@@ -99,7 +99,7 @@ function renderQuote(box, quote) {
   // (the `quote` event, well before the model's first word) and again with the finished answer.
   box.replaceChildren(...(quote.length ? [h("p", { class: "quote-label muted small" }, "From the page")] : []),
     ...quote.map((c) => h("blockquote", { class: "quote small" }, `“${c.text}” `,
-      h("button", { type: "button", class: "link", onclick: (e) => showPassage(c, e.currentTarget) },
+      h("button", { type: "button", class: "link", onclick: (e) => showPassage(c, e.currentTarget, "Quoted passage") },
         [c.title || c.path, where(c)].filter(Boolean).join(", ")))));
   box.hidden = quote.length === 0;
 }
@@ -241,11 +241,12 @@ function markSentence(pre, text, sentence) {
   pre.replaceChildren(text.slice(0, at), h("mark", {}, sentence), text.slice(at + sentence.length));
 }
 
-async function showPassage(c, opener) {
+async function showPassage(c, opener, heading = `Cited passage [${c.number}]`) {
   state.lastFocus = opener || null;
   const panel = $("passage");
   panel.hidden = false;
-  $("passage-heading").textContent = `Cited passage [${c.number}]`;
+  $("passage-heading").textContent = heading;
+  panel.dataset.chunk = c.chunk_id || "";
   $("passage-title").textContent = c.title || c.path || "";
   $("passage-where").textContent = [c.path !== c.title ? c.path : "", where(c)].filter(Boolean).join(" — ");
   $("passage-cited").textContent = c.text || "";
@@ -264,7 +265,7 @@ async function showPassage(c, opener) {
   if (!c.chunk_id) return;
   try {
     const chunk = await apiJson(colUrl(`/chunks/${encodeURIComponent(c.chunk_id)}`));
-    if ($("passage-heading").textContent !== `Cited passage [${c.number}]`) return;  // another was opened
+    if ($("passage-heading").textContent !== heading || panel.dataset.chunk !== c.chunk_id) return;  // another was opened
     if (chunk && chunk.text && chunk.text !== c.text) {
       markSentence($("passage-chunk"), chunk.text, c.text);
       box.hidden = false;
